@@ -1,0 +1,58 @@
+"""The pure scheduling core: no torch, no simpy, no clock (``now`` is passed in)."""
+
+from engine.core.batch import Batch, FinalizeOp, Housekeeping, ItemKind, ScheduledItem
+from engine.core.block_manager import BlockManager, KVIntegrityError
+from engine.core.config import (
+    CacheConfig,
+    EngineConfig,
+    ExitConfig,
+    ModelShape,
+    SchedulerConfig,
+    resolve_arm,
+)
+from engine.core.engine_core import EngineCore, StaleResultError
+from engine.core.exits import ExitDecider, make_decider, stable_seed
+from engine.core.policies import AtomicPolicy, MixedPolicy, PerDepthPolicy, Policy
+from engine.core.request import (
+    PromptItem,
+    PromptStateHandle,
+    Request,
+    SamplingParams,
+    Stage,
+)
+from engine.core.results import CodaResult, RecurrentResult, StepRecord, StepResult, TokenEvent
+
+__all__ = [
+    "AtomicPolicy",
+    "Batch",
+    "BlockManager",
+    "CacheConfig",
+    "CodaResult",
+    "EngineConfig",
+    "EngineCore",
+    "ExitConfig",
+    "ExitDecider",
+    "FinalizeOp",
+    "Housekeeping",
+    "ItemKind",
+    "KVIntegrityError",
+    "MixedPolicy",
+    "ModelShape",
+    "PerDepthPolicy",
+    "Policy",
+    "PromptItem",
+    "PromptStateHandle",
+    "Request",
+    "RecurrentResult",
+    "SamplingParams",
+    "ScheduledItem",
+    "SchedulerConfig",
+    "StaleResultError",
+    "Stage",
+    "StepRecord",
+    "StepResult",
+    "TokenEvent",
+    "make_decider",
+    "resolve_arm",
+    "stable_seed",
+]

@@ -1,0 +1,288 @@
+"""Frozen, validated configuration for the scheduling core.
+
+Every bad value raises ``ValueError`` naming the field, the value and what is allowed.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Literal
+
+Arm = Literal["atomic", "per_depth", "mixed"]
+ARM_ALIASES: dict[str, Arm] = {
+    "atomic": "atomic",
+    "a0": "atomic",
+    "per_depth": "per_depth",
+    "a1": "per_depth",
+    "mixed": "mixed",
+    "a2": "mixed",
+}
+ExitMode = Literal["fixed", "ouro", "ouro_delayed", "random_lookahead", "trace", "categorical"]
+EXIT_MODES: tuple[str, ...] = (
+    "fixed",
+    "ouro",
+    "ouro_delayed",
+    "random_lookahead",
+    "trace",
+    "categorical",
+)
+
+
+def resolve_arm(name: str) -> Arm:
+    """Map an arm name or alias (A0/A1/A2, any case) to its canonical name."""
+    arm = ARM_ALIASES.get(str(name).lower())
+    if arm is None:
+        raise ValueError(
+            f"scheduler.arm: unknown arm {name!r}; use one of atomic|per_depth|mixed "
+            "(aliases A0|A1|A2)"
+        )
+    return arm
+
+
+def _positive(name: str, value: int) -> None:
+    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+        raise ValueError(f"{name}: must be an integer >= 1, got {value!r}")
+
+
+def _non_negative(name: str, value: int) -> None:
+    if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+        raise ValueError(f"{name}: must be an integer >= 0, got {value!r}")
+
+
+@dataclass(frozen=True, slots=True)
+class ModelShape:
+    """The shape facts the core and cost models need (no weights)."""
+
+    num_layers: int
+    hidden_size: int
+    num_heads: int
+    num_kv_heads: int
+    head_dim: int
+    intermediate_size: int
+    vocab_size: int
+    num_depths: int = 4
+
+    def __post_init__(self) -> None:
+        for name in (
+            "num_layers",
+            "hidden_size",
+            "num_heads",
+            "num_kv_heads",
+            "head_dim",
+            "intermediate_size",
+            "vocab_size",
+            "num_depths",
+        ):
+            _positive(f"model.{name}", getattr(self, name))
+        if self.num_heads % self.num_kv_heads:
+            raise ValueError(
+                f"model.num_kv_heads: {self.num_kv_heads} must divide num_heads {self.num_heads}"
+            )
+
+    @property
+    def core_params(self) -> int:
+        """Parameters of the shared recurrent stack (layers + final norm excluded)."""
+        h, i = self.hidden_size, self.intermediate_size
+        q = self.num_heads * self.head_dim
+        kv = self.num_kv_heads * self.head_dim
+        attn = h * q + 2 * h * kv + q * h
+        return self.num_layers * (attn + 3 * h * i + 4 * h)
+
+
+@dataclass(frozen=True, slots=True)
+class CacheConfig:
+    """Paged per-depth KV cache geometry.
+
+    ``num_blocks`` counts physical blocks over all depth planes together.
+    """
+
+    num_blocks: int = 1024
+    block_size: int = 16
+    layout: Literal["last_exited", "shared"] = "last_exited"
+    incremental_allocation: bool = False
+
+    def __post_init__(self) -> None:
+        _positive("cache.num_blocks", self.num_blocks)
+        _positive("cache.block_size", self.block_size)
+        if self.layout not in ("last_exited", "shared"):
+            raise ValueError(
+                f"cache.layout: unknown layout {self.layout!r}; use last_exited|shared"
+            )
+
+    def num_planes(self, num_depths: int) -> int:
+        return 1 if self.layout == "shared" else num_depths
+
+    def required_blocks(self, num_tokens: int, num_depths: int) -> int:
+        """Blocks over all planes to hold ``num_tokens`` positions."""
+        return math.ceil(num_tokens / self.block_size) * self.num_planes(num_depths)
+
+
+@dataclass(frozen=True, slots=True)
+class ExitConfig:
+    """How decode tokens leave the loop (DESIGN.md §5). Per request, or engine default."""
+
+    mode: ExitMode = "fixed"
+    exit_threshold: float = 1.0
+    min_loops: int = 1
+    max_loops: int | None = None  # None: the model's num_depths
+    probs: tuple[float, ...] | None = None  # categorical: one probability per depth 1..D
+    seed: int = 0  # random_lookahead head seed
+
+    def __post_init__(self) -> None:
+        if self.mode not in EXIT_MODES:
+            raise ValueError(f"exit.mode: unknown mode {self.mode!r}; use one of {'|'.join(EXIT_MODES)}")
+        if not (0.0 <= float(self.exit_threshold)):
+            raise ValueError(f"exit.exit_threshold: must be >= 0, got {self.exit_threshold!r}")
+        _positive("exit.min_loops", self.min_loops)
+        if self.max_loops is not None:
+            _positive("exit.max_loops", self.max_loops)
+            if self.max_loops < self.min_loops:
+                raise ValueError(
+                    f"exit.max_loops: {self.max_loops} is below min_loops {self.min_loops}"
+                )
+        if self.mode == "categorical":
+            if not self.probs:
+                raise ValueError("exit.probs: categorical mode needs one probability per depth")
+            if any(p < 0 for p in self.probs) or not math.isclose(sum(self.probs), 1.0, abs_tol=1e-6):
+                raise ValueError(
+                    f"exit.probs: must be non-negative and sum to 1, got {list(self.probs)}"
+                )
+
+    def resolved_max_loops(self, num_depths: int) -> int:
+        m = num_depths if self.max_loops is None else self.max_loops
+        if m > num_depths:
+            raise ValueError(f"exit.max_loops: {m} exceeds the model's {num_depths} depths")
+        if self.min_loops > m:
+            raise ValueError(f"exit.min_loops: {self.min_loops} exceeds max_loops {m}")
+        if self.probs is not None and len(self.probs) != num_depths:
+            raise ValueError(
+                f"exit.probs: needs {num_depths} entries (one per depth), got {len(self.probs)}"
+            )
+        return m
+
+
+# Options a serving engine may offer that the mixed arm (RFC §5) rejects, with the reason.
+MIXED_REJECTIONS: dict[str, str] = {
+    "async_scheduling": "mixed batching needs a mixed-depth packed metadata path and event-based "
+    "prompt-state lifetimes for async scheduling (RFC §4)",
+    "cuda_graphs": "mixed-depth packed batches are not validated under CUDA graph capture (RFC §7)",
+    "speculative_decoding": "the speculative policy never schedules RECURRENT items",
+    "pd_disaggregation": "the PD prefill worker takes PREFILL batches directly",
+    "enable_preemption": "prompt-state snapshot and restore are not defined yet",
+    "no_refill": "no_refill's cohort semantics conflict with mixing prompt and decode rows",
+    "static_buffers": "static buffers are not validated with mixed batches",
+    "padding": "row padding is not validated with mixed batches",
+}
+# Options loopserve does not implement in any arm yet.
+NOT_OFFERED: frozenset[str] = frozenset(MIXED_REJECTIONS)
+
+
+@dataclass(frozen=True, slots=True)
+class SchedulerConfig:
+    """Scheduling limits and the arm. Validated against the guard when built."""
+
+    arm: str = "atomic"
+    max_num_seqs: int = 8
+    max_num_batched_tokens: int = 256
+    prefill_chunk_size: int = 128
+    max_prefill_batches_before_decode: int = 1
+    min_coda_batch_size: int = 1
+    admission_scan_limit: int = 16
+    max_admission_bypasses: int = 1
+    policy: Literal["fcfs", "priority"] = "fcfs"
+    # RFC open question 3: when no decode item is ready, run a prompt item's remaining depths
+    # in one step (mixed arm only).
+    prompt_shortcut: bool = False
+    # RFC open question 6: "reject" a config failing the mixed guard, or "derive" an effective
+    # chunk min(prefill_chunk_size, max_num_batched_tokens - max_num_seqs + 1).
+    chunk_policy: Literal["reject", "derive"] = "reject"
+    async_scheduling: bool = False
+    cuda_graphs: bool = False
+    speculative_decoding: bool = False
+    pd_disaggregation: bool = False
+    enable_preemption: bool = False
+    no_refill: bool = False
+    static_buffers: bool = False
+    padding: bool = False
+    effective_chunk_size: int = field(init=False, default=0)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "arm", resolve_arm(self.arm))
+        for name in ("max_num_seqs", "max_num_batched_tokens", "prefill_chunk_size",
+                     "max_prefill_batches_before_decode", "min_coda_batch_size",
+                     "admission_scan_limit"):
+            _positive(f"scheduler.{name}", getattr(self, name))
+        _non_negative("scheduler.max_admission_bypasses", self.max_admission_bypasses)
+        if self.policy not in ("fcfs", "priority"):
+            raise ValueError(f"scheduler.policy: unknown policy {self.policy!r}; use fcfs|priority")
+        if self.chunk_policy not in ("reject", "derive"):
+            raise ValueError(
+                f"scheduler.chunk_policy: unknown value {self.chunk_policy!r}; use reject|derive"
+            )
+        for name in NOT_OFFERED:
+            if getattr(self, name):
+                if self.arm == "mixed":
+                    raise ValueError(
+                        f"scheduler.{name}: not supported with the mixed arm: "
+                        f"{MIXED_REJECTIONS[name]}; set {name}: false"
+                    )
+                raise ValueError(
+                    f"scheduler.{name}: not implemented in loopserve yet; set {name}: false"
+                )
+        if self.prompt_shortcut and self.arm != "mixed":
+            raise ValueError(
+                "scheduler.prompt_shortcut: applies to the mixed arm only; set it false or use "
+                "arm: mixed"
+            )
+        object.__setattr__(self, "effective_chunk_size", self._check_guard())
+
+    def _check_guard(self) -> int:
+        chunk, seqs, budget = (
+            self.prefill_chunk_size,
+            self.max_num_seqs,
+            self.max_num_batched_tokens,
+        )
+        if self.arm != "mixed":
+            if chunk > budget:
+                raise ValueError(
+                    f"scheduler.prefill_chunk_size: {chunk} exceeds max_num_batched_tokens "
+                    f"{budget}; set max_num_batched_tokens >= {chunk}"
+                )
+            return chunk
+        if chunk + seqs - 1 <= budget:
+            return chunk
+        if self.chunk_policy == "derive" and budget - seqs + 1 >= 1:
+            return budget - seqs + 1
+        raise ValueError(
+            f"scheduler.max_num_batched_tokens: the mixed arm needs prefill_chunk_size + "
+            f"max_num_seqs - 1 <= max_num_batched_tokens, got {chunk} + {seqs} - 1 > {budget}; "
+            f"set max_num_batched_tokens >= {chunk + seqs - 1} (e.g. "
+            f"{_round_up_pow2(chunk + seqs - 1)})"
+        )
+
+
+def _round_up_pow2(n: int) -> int:
+    return 1 << max(0, (n - 1).bit_length())
+
+
+@dataclass(frozen=True, slots=True)
+class EngineConfig:
+    """Everything the core needs: model shape, scheduler, cache and default exit config."""
+
+    model: ModelShape
+    scheduler: SchedulerConfig = field(default_factory=SchedulerConfig)
+    cache: CacheConfig = field(default_factory=CacheConfig)
+    exit: ExitConfig = field(default_factory=ExitConfig)
+
+    def __post_init__(self) -> None:
+        if self.cache.layout == "shared" and self.scheduler.arm != "atomic":
+            raise ValueError(
+                f"cache.layout: shared is position-major and supports only the atomic arm, "
+                f"not {self.scheduler.arm}; use layout: last_exited"
+            )
+        self.exit.resolved_max_loops(self.model.num_depths)
+
+    @property
+    def num_depths(self) -> int:
+        return self.model.num_depths

@@ -1,0 +1,307 @@
+"""EngineCore: the pure scheduling core both executors drive (DESIGN.md §7).
+
+    batch  = core.schedule(now)
+    result = executor.execute(batch)
+    events = core.apply(batch, result, now_after)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from engine.core.admission import WaitingQueue
+from engine.core.batch import Batch, FinalizeOp, Housekeeping, ItemKind, ScheduledItem
+from engine.core.block_manager import BlockManager
+from engine.core.config import EngineConfig
+from engine.core.exits import make_decider, validate_trace
+from engine.core.policies import make_policy
+from engine.core.prompt_state import PromptStatePool
+from engine.core.request import PromptItem, Request, SamplingParams, Stage
+from engine.core.results import CodaResult, RecurrentResult, StepResult, TokenEvent, result_matches
+from engine.core.scheduler import Scheduler
+
+
+class StaleResultError(ValueError):
+    """A result that does not fit the batch it claims to answer."""
+
+
+class EngineCore:
+    """Owns requests, queues, KV bookkeeping and prompt-state handles; never reads a clock."""
+
+    def __init__(self, cfg: EngineConfig) -> None:
+        self.cfg = cfg
+        self.num_depths = cfg.model.num_depths
+        self.kv = BlockManager(cfg.cache, self.num_depths)
+        self.prompt_states = PromptStatePool(cfg.scheduler.max_num_seqs)
+        self.waiting = WaitingQueue(cfg.scheduler)
+        self.scheduler = Scheduler(cfg, self.kv, self._admit)
+        self.policy = make_policy(cfg.scheduler.arm)
+        self.requests: dict[str, Request] = {}  # every unfinished request, waiting or running
+        self.running: dict[str, Request] = {}
+        self._finished: list[Request] = []
+        self._finalize: list[FinalizeOp] = []
+        self._released_requests: list[tuple[str, int]] = []
+        self._next_generation = 0
+        self._next_arrival = 0
+        self._next_admission = 0
+        self._next_step = 0
+        self._now = 0.0
+
+    # ---- requests ------------------------------------------------------------------------
+    def add_request(
+        self,
+        request_id: str,
+        prompt_token_ids: Sequence[int],
+        params: SamplingParams,
+        arrival_s: float,
+        priority: int = 0,
+    ) -> Request:
+        """Queue a request. Raises ValueError on a bad request (nothing is queued)."""
+        if request_id in self.requests:
+            raise ValueError(f"request_id: {request_id!r} is still active; use a new id")
+        if len(prompt_token_ids) == 0:
+            raise ValueError(f"prompt: request {request_id!r} has an empty prompt")
+        exit_cfg = params.exit or self.cfg.exit
+        exit_cfg.resolved_max_loops(self.num_depths)
+        trace = params.exit_trace
+        if exit_cfg.mode == "trace":
+            if trace is None:
+                raise ValueError(f"exit_trace: request {request_id!r} uses trace mode without one")
+            validate_trace(trace, exit_cfg, self.num_depths, params.max_tokens, request_id)
+        req = Request(
+            request_id, list(prompt_token_ids), params, arrival_s, priority,
+            generation=self._next_generation, exit=exit_cfg, arrival_seq=self._next_arrival,
+        )
+        if not self.kv.can_ever_fit(req.lifetime_tokens):
+            raise ValueError(
+                f"request {request_id!r}: {req.lifetime_tokens} tokens need "
+                f"{self.kv.blocks_for(req.lifetime_tokens)} KV blocks but the cache has "
+                f"{self.kv.num_blocks}; shorten it or raise cache.num_blocks"
+            )
+        req.decider = make_decider(
+            exit_cfg, self.num_depths, request_key=request_id, trace=trace, seed=params.seed
+        )
+        self._next_generation += 1
+        self._next_arrival += 1
+        self.requests[request_id] = req
+        self.waiting.push(req)
+        return req
+
+    def abort(self, request_id: str) -> bool:
+        """Finish a request with reason ``abort`` and release everything it holds."""
+        req = self.requests.get(request_id)
+        if req is None:
+            return False
+        self._finish(req, "abort")
+        return True
+
+    def has_work(self) -> bool:
+        return bool(self.requests)
+
+    @property
+    def num_waiting(self) -> int:
+        return len(self.waiting)
+
+    @property
+    def num_running(self) -> int:
+        return len(self.running)
+
+    def pop_finished(self) -> list[Request]:
+        """Requests finished since the last call (any reason), in finish order."""
+        out, self._finished = self._finished, []
+        return out
+
+    # ---- admission -----------------------------------------------------------------------
+    def _try_admit(self, req: Request) -> bool:
+        key = (req.request_id, req.generation)
+        if self.cfg.cache.incremental_allocation:
+            now = min(req.num_prompt_tokens, self.cfg.scheduler.effective_chunk_size)
+        else:
+            now = req.lifetime_tokens
+        return self.kv.allocate(key, now, req.lifetime_tokens)
+
+    def _admit(self) -> list[Request]:
+        free_slots = self.cfg.scheduler.max_num_seqs - len(self.running)
+        admitted = self.waiting.admit(free_slots, self._try_admit)
+        for req in admitted:
+            req.stage = Stage.PREFILL
+            req.admitted_seq = self._next_admission
+            req.admitted_s = self._now
+            self._next_admission += 1
+            self.running[req.request_id] = req
+            if self.cfg.scheduler.arm != "atomic":
+                self._new_prompt_item(req)
+        return admitted
+
+    def _new_prompt_item(self, req: Request) -> None:
+        start = req.num_prefilled_tokens
+        count = min(self.cfg.scheduler.effective_chunk_size, req.num_prompt_tokens - start)
+        handle = self.prompt_states.acquire(req.request_id, req.generation)
+        req.prompt_item = PromptItem(start, count, state=handle)
+
+    # ---- the step ------------------------------------------------------------------------
+    def schedule(self, now: float) -> Batch | None:
+        """Pick the next batch, or None when nothing can run now."""
+        self._now = now
+        sel = self.policy.select(self.scheduler)
+        if sel is None or not sel[1]:
+            return None
+        stage, items = sel
+        batch = Batch(self._next_step, stage, tuple(items), self.take_housekeeping())
+        self._next_step += 1
+        return batch
+
+    def take_housekeeping(self) -> Housekeeping:
+        """Finalize copies and releases pending since the last batch (drivers call this at
+        drain so the runner frees everything)."""
+        hk = Housekeeping(
+            tuple(self._finalize),
+            self.prompt_states.take_released(),
+            tuple(self._released_requests),
+        )
+        self._finalize.clear()
+        self._released_requests.clear()
+        return hk
+
+    def apply(self, batch: Batch, result: StepResult, now: float) -> list[TokenEvent]:
+        """Apply an executed batch's result; items of aborted or reused ids are ignored."""
+        if not result_matches(batch, result):
+            raise StaleResultError(
+                f"result for step {result.step_id} ({type(result).__name__}) does not fit "
+                f"batch {batch.step_id} ({batch.stage.value}, {len(batch.items)} items)"
+            )
+        self._now = now
+        events: list[TokenEvent] = []
+        signals = result.decode_signals if isinstance(result, RecurrentResult) else None
+        decode_index = 0
+        for i, item in enumerate(batch.items):
+            signal = None
+            if batch.stage is Stage.RECURRENT and item.kind is ItemKind.DECODE:
+                if signals is not None:
+                    signal = signals[decode_index]
+                decode_index += 1
+            req = self.requests.get(item.request_id)
+            if req is None or req.generation != item.generation:
+                continue  # aborted, failed or reused id: a late result never touches it
+            if batch.stage is Stage.PRELUDE:
+                self._apply_prelude(req)
+            elif batch.stage is Stage.CODA:
+                assert isinstance(result, CodaResult)
+                events.append(self._apply_coda(req, result.token_ids[i], now))
+            elif item.kind is ItemKind.PROMPT:
+                self._apply_prompt(req, item)
+            else:
+                if item.needs_signal and signal is None:
+                    raise StaleResultError(
+                        f"step {batch.step_id}: request {req.request_id} needs a gate signal "
+                        "but the result carries none"
+                    )
+                self._apply_decode(req, item, signal)
+        return events
+
+    def fail(self, batch: Batch, error: str = "error") -> list[str]:
+        """The batch-failure path: its requests finish with reason ``error`` and release all."""
+        failed = []
+        for item in batch.items:
+            req = self.requests.get(item.request_id)
+            if req is not None and req.generation == item.generation:
+                self._finish(req, "error", detail=error)
+                failed.append(req.request_id)
+        return failed
+
+    # ---- apply helpers -------------------------------------------------------------------
+    def _key(self, req: Request) -> tuple[str, int]:
+        return (req.request_id, req.generation)
+
+    def _apply_prelude(self, req: Request) -> None:
+        req.stage = Stage.RECURRENT
+        req.loops_done = 0
+        assert req.decider is not None
+        req.decider.start_token(req.num_output_tokens)
+        self.scheduler.recurrent.append(req)
+
+    def _apply_decode(self, req: Request, item: ScheduledItem, signal: float | None) -> None:
+        key = self._key(req)
+        self.kv.mark_written(key, item.depth, item.position, item.position + 1)
+        req.loops_done = item.depth + 1
+        assert req.decider is not None
+        if not req.decider.after_depth(req.loops_done, signal):
+            self.scheduler.recurrent.append(req)
+            return
+        targets = self.kv.finalize(key, item.position, item.depth)
+        if targets:
+            self._finalize.append(
+                FinalizeOp(req.request_id, req.generation, item.position, item.depth, targets)
+            )
+        req.stage = Stage.CODA
+        self.scheduler.coda.append(req)
+
+    def _apply_prompt(self, req: Request, item: ScheduledItem) -> None:
+        key = self._key(req)
+        end = item.position + item.num_tokens
+        last_depth = item.depth + item.num_depths
+        for d in range(item.depth, last_depth):
+            self.kv.mark_written(key, d, item.position, end)
+        p = req.prompt_item
+        if p is not None:
+            p.depth = last_depth
+            p.embedded = True
+        if last_depth < self.num_depths:
+            self.scheduler.enqueue_prefill(req)
+            return
+        if p is not None and p.state is not None:
+            self.prompt_states.release(p.state)
+        req.prompt_item = None
+        req.num_prefilled_tokens = end
+        if end < req.num_prompt_tokens:
+            if self.cfg.scheduler.arm != "atomic":
+                self._new_prompt_item(req)
+            self.scheduler.enqueue_prefill(req)
+            return
+        req.loops_done = self.num_depths
+        req.stage = Stage.CODA
+        self.scheduler.coda.append(req)
+
+    def _apply_coda(self, req: Request, token_id: int, now: float) -> TokenEvent:
+        index = req.num_output_tokens
+        exit_depth = self.num_depths if index == 0 else req.loops_done
+        req.output_token_ids.append(int(token_id))
+        req.exit_depths.append(exit_depth)
+        if index == 0:
+            req.first_token_s = now
+        reason = self._finish_reason(req, int(token_id))
+        if reason is not None:
+            self._finish(req, reason)
+        else:
+            req.stage = Stage.PRELUDE
+            self.scheduler.prelude.append(req)
+        return TokenEvent(
+            req.request_id, index, now, int(token_id), exit_depth, reason is not None, reason
+        )
+
+    def _finish_reason(self, req: Request, token_id: int) -> str | None:
+        p = req.params
+        if not p.ignore_eos and (token_id == p.eos_token_id or token_id in p.stop_token_ids):
+            return "stop"
+        if req.num_output_tokens >= p.max_tokens:
+            return "length"
+        return None
+
+    def _finish(self, req: Request, reason: str, detail: str | None = None) -> None:
+        if req.stage is Stage.WAITING:
+            self.waiting.remove(req)
+        else:
+            self.scheduler.remove(req)
+        if req.prompt_item is not None and req.prompt_item.state is not None:
+            self.prompt_states.release(req.prompt_item.state)
+            req.prompt_item = None
+        key = self._key(req)
+        if self.kv.holds(key):
+            self.kv.free(key)
+            self._released_requests.append(key)
+        req.stage = Stage.FINISHED
+        req.finish_reason = reason
+        req.finish_s = self._now
+        self.requests.pop(req.request_id, None)
+        self.running.pop(req.request_id, None)
+        self._finished.append(req)

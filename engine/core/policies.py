@@ -1,0 +1,103 @@
+"""The three arms (DESIGN.md §6). A policy picks one batch's stage and items per step."""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+from engine.core.batch import ScheduledItem
+from engine.core.request import Stage
+from engine.core.scheduler import Scheduler
+
+Selection = tuple[Stage, list[ScheduledItem]]
+
+
+class Policy(Protocol):
+    """Chooses the next batch from the scheduler's queues, or None when nothing is ready.
+
+    Policies never read a clock; admission happens inside ``select`` at the point each arm's
+    order prescribes.
+    """
+
+    def select(self, s: Scheduler) -> Selection | None:
+        """Pop the next batch's work from the queues."""
+
+
+def _decode(s: Scheduler) -> Selection:
+    s.prefill_batches_since_decode = 0
+    return Stage.RECURRENT, s.take_decode(s.sched.max_num_batched_tokens)
+
+
+class AtomicPolicy:
+    """A0: a PREFILL batch runs its chunks through all D depths in one step; alternates with
+    decode RECURRENT batches (``max_prefill_batches_before_decode``)."""
+
+    def select(self, s: Scheduler) -> Selection | None:
+        if s.prelude:
+            return Stage.PRELUDE, s.take_prelude()
+        if s.coda_ready():
+            return Stage.CODA, s.take_coda()
+        if s.decode_due():
+            return _decode(s)
+        s.admit()
+        if s.prefill:
+            items = s.take_atomic_prefill(s.sched.max_num_batched_tokens)
+            s.prefill_batches_since_decode += 1
+            return Stage.PREFILL, items
+        if s.recurrent:
+            return _decode(s)
+        return None
+
+
+class PerDepthPolicy:
+    """A1: prompt items advance one depth per step in prompt-only RECURRENT batches, alternating
+    with decode batches exactly like A0."""
+
+    def select(self, s: Scheduler) -> Selection | None:
+        if s.prelude:
+            return Stage.PRELUDE, s.take_prelude()
+        if s.coda_ready():
+            return Stage.CODA, s.take_coda()
+        if s.decode_due():
+            return _decode(s)
+        s.admit()
+        if s.prefill:
+            items = s.take_prompts(s.sched.max_num_batched_tokens)
+            if items:
+                s.prefill_batches_since_decode += 1
+                return Stage.RECURRENT, items
+        if s.recurrent:
+            return _decode(s)
+        return None
+
+
+class MixedPolicy:
+    """A2: one RECURRENT core call takes decode items first, then whole prompt items in
+    admission order up to the token budget (RFC §2). No ``decode_due``: prompt items never
+    displace a ready decode item.
+
+    With ``prompt_shortcut`` (RFC open question 3), a step with no decode item ready runs the
+    prompt items' remaining depths at once (stage PREFILL).
+    """
+
+    def select(self, s: Scheduler) -> Selection | None:
+        if s.prelude:
+            return Stage.PRELUDE, s.take_prelude()
+        if s.coda_ready():
+            return Stage.CODA, s.take_coda()
+        s.admit()
+        budget = s.sched.max_num_batched_tokens
+        items = s.take_decode(budget)
+        if not items and s.sched.prompt_shortcut and s.prefill:
+            prompts = s.take_prompts(budget, to_last_depth=True)
+            return (Stage.PREFILL, prompts) if prompts else None
+        items += s.take_prompts(budget - len(items))
+        return (Stage.RECURRENT, items) if items else None
+
+
+def make_policy(arm: str) -> Policy:
+    policies: dict[str, type[AtomicPolicy] | type[PerDepthPolicy] | type[MixedPolicy]] = {
+        "atomic": AtomicPolicy,
+        "per_depth": PerDepthPolicy,
+        "mixed": MixedPolicy,
+    }
+    return policies[arm]()

@@ -1,0 +1,73 @@
+"""Shared test helpers: build configs and drive a core to completion."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from engine.core import (
+    Batch,
+    CacheConfig,
+    EngineConfig,
+    EngineCore,
+    ExitConfig,
+    ModelShape,
+    SchedulerConfig,
+    TokenEvent,
+)
+from engine.core.fake_executor import FakeExecutor
+
+TINY = ModelShape(
+    num_layers=2, hidden_size=32, num_heads=4, num_kv_heads=2, head_dim=8,
+    intermediate_size=64, vocab_size=64, num_depths=4,
+)
+
+
+def make_config(
+    arm: str = "atomic",
+    *,
+    max_num_seqs: int = 4,
+    max_num_batched_tokens: int = 16,
+    prefill_chunk_size: int = 8,
+    num_blocks: int = 256,
+    block_size: int = 4,
+    exit: ExitConfig | None = None,
+    incremental: bool = False,
+    **sched: object,
+) -> EngineConfig:
+    return EngineConfig(
+        model=TINY,
+        scheduler=SchedulerConfig(
+            arm=arm, max_num_seqs=max_num_seqs, max_num_batched_tokens=max_num_batched_tokens,
+            prefill_chunk_size=prefill_chunk_size, **sched,  # type: ignore[arg-type]
+        ),
+        cache=CacheConfig(num_blocks=num_blocks, block_size=block_size,
+                          incremental_allocation=incremental),
+        exit=exit or ExitConfig(),
+    )
+
+
+@dataclass
+class Drive:
+    batches: list[Batch] = field(default_factory=list)
+    events: list[TokenEvent] = field(default_factory=list)
+
+
+def drive(core: EngineCore, ex: FakeExecutor, max_steps: int = 10_000, check: bool = True) -> Drive:
+    """Run schedule/execute/apply until the core has no work; time advances 1 per step."""
+    out = Drive()
+    now = 0.0
+    for _ in range(max_steps):
+        if not core.has_work():
+            break
+        batch = core.schedule(now)
+        assert batch is not None, "core has work but scheduled nothing (deadlock)"
+        result = ex.execute(batch)
+        now += 1.0
+        out.batches.append(batch)
+        out.events.extend(core.apply(batch, result, now))
+        if check:
+            core.kv.check_integrity()
+    else:
+        raise AssertionError(f"did not drain within {max_steps} steps")
+    ex.execute(Batch(-1, batch.stage, (), core.take_housekeeping())) if out.batches else None
+    return out
