@@ -1,0 +1,116 @@
+"""What a run submits and records, shared by the SimPy driver and the real-time driver.
+
+A workload is an ``ArrivalSource``: timed arrivals known up front, plus arrivals triggered by
+decode progress (the interference workload injects prompts when a decode request reaches a
+token index), so every arm sees the same prompt load at the same decode-progress points.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from engine.core.batch import Batch
+from engine.core.request import Request, SamplingParams
+from engine.core.results import StepRecord, TokenEvent
+
+
+@dataclass(frozen=True, slots=True)
+class ArrivalSpec:
+    """One request to submit. ``arrival_s`` None means "when triggered"."""
+
+    request_id: str
+    prompt_token_ids: tuple[int, ...]
+    params: SamplingParams
+    arrival_s: float | None = 0.0
+    injected: bool = False
+    priority: int = 0
+
+
+class ArrivalSource(Protocol):
+    """A workload as both drivers consume it."""
+
+    def initial(self) -> list[ArrivalSpec]:
+        """Timed arrivals, sorted by ``arrival_s``."""
+
+    def on_token(self, event: TokenEvent) -> list[ArrivalSpec]:
+        """Arrivals triggered by an output token; they arrive at ``event.time_s``."""
+
+
+@dataclass(frozen=True, slots=True)
+class RequestRecord:
+    """One row of requests.csv."""
+
+    request_id: str
+    arrival_s: float
+    prompt_tokens: int
+    output_tokens: int
+    first_token_s: float | None
+    finish_s: float | None
+    injected: bool
+    finish_reason: str | None
+    admitted_s: float | None
+
+
+BatchSignature = tuple[str, tuple[tuple[str, str, int, int, int, int], ...]]
+
+
+def batch_signature(batch: Batch) -> BatchSignature:
+    """Stage and item list, for comparing the batch sequences of two worlds."""
+    return (
+        batch.stage.value,
+        tuple(
+            (it.request_id, it.kind.value, it.position, it.num_tokens, it.depth, it.num_depths)
+            for it in batch.items
+        ),
+    )
+
+
+@dataclass
+class RunRecords:
+    """Raw rows of one run (one arm, one point, one repeat); metrics are computed after."""
+
+    steps: list[StepRecord] = field(default_factory=list)
+    tokens: list[TokenEvent] = field(default_factory=list)
+    requests: list[RequestRecord] = field(default_factory=list)
+    batches: list[BatchSignature] = field(default_factory=list)
+    wall_s: float = 0.0
+    invalid_reasons: list[str] = field(default_factory=list)
+
+    @property
+    def num_core_calls(self) -> int:
+        return sum(s.core_calls for s in self.steps)
+
+    @property
+    def num_mixed_core_calls(self) -> int:
+        return sum(1 for s in self.steps if s.mixed)
+
+
+class RunRecorder:
+    """Collects records; drivers call it around every step and on every finish."""
+
+    def __init__(self, record_batches: bool = False) -> None:
+        self.records = RunRecords()
+        self.record_batches = record_batches
+        self._injected: set[str] = set()
+
+    def submitted(self, spec: ArrivalSpec) -> None:
+        if spec.injected:
+            self._injected.add(spec.request_id)
+
+    def step(self, batch: Batch, start_s: float, end_s: float, events: Iterable[TokenEvent]) -> None:
+        self.records.steps.append(StepRecord.from_batch(batch, start_s, end_s))
+        self.records.tokens.extend(events)
+        if self.record_batches:
+            self.records.batches.append(batch_signature(batch))
+
+    def finished(self, requests: Iterable[Request]) -> None:
+        for r in requests:
+            self.records.requests.append(
+                RequestRecord(
+                    r.request_id, r.arrival_s, r.num_prompt_tokens, r.num_output_tokens,
+                    r.first_token_s, r.finish_s, r.request_id in self._injected,
+                    r.finish_reason, r.admitted_s,
+                )
+            )
