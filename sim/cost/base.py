@@ -1,0 +1,92 @@
+"""The cost-model interface, hardware presets and the batch geometry all models share.
+
+A cost model turns a scheduled ``Batch`` into simulated seconds. It sees exactly what the
+executor would run: the stage, and per core call (``Batch.core_call_items``) the items with
+their rows, positions and depths. It never mutates the batch.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol
+
+from engine.core.batch import Batch, ItemKind, ScheduledItem
+
+
+class CostModel(Protocol):
+    """How long a step takes in the simulator.
+
+    ``step_time(batch)`` returns the simulated duration of the whole step in seconds: an
+    atomic PREFILL step or a prompt shortcut covers all of its core calls, PRELUDE and CODA
+    steps cost what their stage costs. It must be deterministic and side-effect free, and
+    cheap (it runs once per simulated step).
+
+    ``breakdown(batch)`` returns named terms in seconds (keys such as ``weights_s``,
+    ``kv_s``, ``attention_s``, ``host_s``, ``embed_s``, ``lm_head_s``) plus ``total_s``,
+    which equals ``step_time(batch)``. Terms are for reports; they need not add up to the
+    total (a roofline takes the max of memory and compute time per call).
+    """
+
+    def step_time(self, batch: Batch) -> float:
+        """Simulated seconds the step takes."""
+
+    def breakdown(self, batch: Batch) -> dict[str, float]:
+        """Named cost terms of the step, in seconds, plus ``total_s``."""
+
+
+@dataclass(frozen=True, slots=True)
+class HardwarePreset:
+    """Throughput and overhead numbers of one device class.
+
+    ``host_call_s`` + ``host_layer_s`` x num_layers is the host cost of one core call (launches,
+    metadata); ``step_overhead_s`` is the scheduler's per-step cost; ``sampling_s`` is the
+    CODA step's sampling cost on top of lm_head.
+    """
+
+    name: str
+    mem_bw_bytes_s: float
+    matmul_flops_s: float
+    host_call_s: float
+    host_layer_s: float
+    step_overhead_s: float
+    sampling_s: float
+    dtype_bytes: int
+
+
+HARDWARE: dict[str, HardwarePreset] = {
+    # H200 SXM: ~4.3 TB/s measured copy bandwidth, ~790 TFLOP/s dense bf16 matmul.
+    "h200": HardwarePreset(
+        name="h200", mem_bw_bytes_s=4.3e12, matmul_flops_s=790e12, host_call_s=40e-6,
+        host_layer_s=0.0, step_overhead_s=30e-6, sampling_s=20e-6, dtype_bytes=2,
+    ),
+    # A 2-core x86 VM running eager torch in fp32: ~20 GB/s streaming reads, ~60 GFLOP/s
+    # sgemm, ~10 eager ops per layer at ~10 us each.
+    "cpu": HardwarePreset(
+        name="cpu", mem_bw_bytes_s=20e9, matmul_flops_s=60e9, host_call_s=100e-6,
+        host_layer_s=100e-6, step_overhead_s=100e-6, sampling_s=50e-6, dtype_bytes=4,
+    ),
+}
+
+
+def get_hardware(name: str) -> HardwarePreset:
+    """The preset called ``name``; ValueError naming the known presets otherwise."""
+    try:
+        return HARDWARE[name]
+    except KeyError:
+        raise ValueError(
+            f"hardware: unknown preset {name!r}; use one of {', '.join(HARDWARE)}"
+        ) from None
+
+
+def item_context(item: ScheduledItem) -> tuple[int, int, int]:
+    """``(kv_tokens, context_sum, context_max)`` of one item in one core call.
+
+    A decode row at position p attends to p + 1 positions of its depth plane (its own K/V
+    included). A prompt item over [s, s + n) is one causal sequence: row i attends to
+    s + i + 1 positions, and a flash-style kernel streams the item's s + n positions once.
+    """
+    if item.kind is ItemKind.DECODE:
+        ctx = item.position + 1
+        return ctx, ctx, ctx
+    s, n = item.position, item.num_tokens
+    return s + n, n * s + n * (n + 1) // 2, s + n

@@ -1,0 +1,60 @@
+"""The batch features a calibrated profile is fitted on (one row per step).
+
+All counts cover every core call of the step (an atomic PREFILL step over D depths counts its
+rows D times). ``context`` of a row is the number of KV positions it attends to
+(``sim.cost.base.item_context``).
+
+- ``core_calls``: recurrent-core traversals (0 for PRELUDE and CODA);
+- ``items``: scheduled items;
+- ``rows``: token rows over all core calls (PRELUDE/CODA: one per item);
+- ``decode_rows`` / ``prompt_tokens``: the decode and prompt part of ``rows``;
+- ``context_sum`` / ``context_max``: sum and max of per-row context over core-call rows;
+- ``fused_prelude_rows``: prompt rows embedded inside a core call;
+- ``finalize_copies``: KV positions copied into deeper planes by the step's housekeeping.
+"""
+
+from __future__ import annotations
+
+from engine.core.batch import Batch, ItemKind
+from engine.core.request import Stage
+from sim.cost.base import item_context
+
+FEATURE_NAMES: tuple[str, ...] = (
+    "core_calls",
+    "items",
+    "rows",
+    "decode_rows",
+    "prompt_tokens",
+    "context_sum",
+    "context_max",
+    "fused_prelude_rows",
+    "finalize_copies",
+)
+STAGE_KINDS: tuple[str, ...] = ("decode", "prompt", "mixed", "prefill", "prelude", "coda")
+
+
+def batch_features(batch: Batch) -> dict[str, float]:
+    """The feature vector of one step, keyed by ``FEATURE_NAMES``."""
+    f = dict.fromkeys(FEATURE_NAMES, 0.0)
+    f["items"] = float(len(batch.items))
+    f["finalize_copies"] = float(sum(len(op.to_depths) for op in batch.housekeeping.finalize))
+    if batch.stage in (Stage.PRELUDE, Stage.CODA):
+        f["rows"] = float(len(batch.items))
+        return f
+    f["core_calls"] = float(batch.core_calls)
+    ctx_max = 0
+    for call in batch.core_call_items():
+        for item, depth in call:
+            n = item.num_tokens
+            _, ctx_sum, ctx_top = item_context(item)
+            f["rows"] += n
+            if item.kind is ItemKind.DECODE:
+                f["decode_rows"] += n
+            else:
+                f["prompt_tokens"] += n
+            f["context_sum"] += ctx_sum
+            ctx_max = max(ctx_max, ctx_top)
+            if item.fused_prelude and depth == item.depth:
+                f["fused_prelude_rows"] += n
+    f["context_max"] = float(ctx_max)
+    return f

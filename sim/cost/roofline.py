@@ -1,0 +1,121 @@
+"""Roofline cost model (the default): time per core call from bytes moved and FLOPs done.
+
+Per core call (``Batch.core_call_items``):
+
+- bytes = recurrent-core weights, read once per call (``ModelShape.core_params`` x dtype)
+  + KV each item reads from its own depth plane (a decode row at position p: p + 1 positions;
+  a prompt item over [s, s + n): its prefix plus causal part, s + n positions, streamed once)
+  + KV the rows write (one position each) + the embedding gather of fused-prelude rows;
+  one KV position is 2 x num_layers x num_kv_heads x head_dim x dtype bytes;
+- FLOPs = 2 x core_params per row (GEMMs) + 4 x context x num_heads x head_dim x num_layers
+  per row (QK^T and PV), where a prompt row i attends to s + i + 1 positions;
+- time = max(bytes / bandwidth, FLOPs / matmul throughput) + host overhead per call.
+
+A PRELUDE step is an embedding gather, a CODA step lm_head (hidden x vocab weights read once,
+2 x hidden x vocab FLOPs per row) plus sampling. Every step adds the scheduler's per-step
+overhead and the finalize copies its housekeeping carries (one KV position per target plane,
+read and written). Activation traffic is ignored: it is small next to the weights for the
+chunk sizes the scenarios use.
+"""
+
+from __future__ import annotations
+
+from engine.core.batch import Batch
+from engine.core.config import ModelShape
+from engine.core.request import Stage
+from sim.cost.base import HardwarePreset, item_context
+
+
+class RooflineCost:
+    """Roofline of one model shape on one hardware preset."""
+
+    def __init__(self, model: ModelShape, hardware: HardwarePreset, dtype_bytes: int) -> None:
+        if dtype_bytes not in (1, 2, 4):
+            raise ValueError(f"cost.dtype_bytes: must be 1, 2 or 4, got {dtype_bytes!r}")
+        self.model = model
+        self.hardware = hardware
+        self.dtype_bytes = dtype_bytes
+        m = model
+        self._bw = hardware.mem_bw_bytes_s
+        self._flops = hardware.matmul_flops_s
+        self.weight_bytes = m.core_params * dtype_bytes
+        self.kv_position_bytes = 2 * m.num_layers * m.num_kv_heads * m.head_dim * dtype_bytes
+        self.embed_row_bytes = m.hidden_size * dtype_bytes
+        self.gemm_flops_per_row = 2 * m.core_params
+        self.attn_flops_per_context = 4 * m.num_heads * m.head_dim * m.num_layers
+        self.lm_head_bytes = m.hidden_size * m.vocab_size * dtype_bytes
+        self.lm_head_flops_per_row = 2 * m.hidden_size * m.vocab_size
+        self.host_call_s = hardware.host_call_s + hardware.host_layer_s * m.num_layers
+        self.weights_s = self.weight_bytes / self._bw
+
+    def step_time(self, batch: Batch) -> float:
+        return self._cost(batch, None)
+
+    def breakdown(self, batch: Batch) -> dict[str, float]:
+        terms = dict.fromkeys(
+            ("weights_s", "kv_s", "embed_s", "lm_head_s", "gemm_s", "attention_s",
+             "memory_s", "compute_s", "host_s", "sampling_s", "finalize_s",
+             "step_overhead_s"),
+            0.0,
+        )
+        terms["total_s"] = self._cost(batch, terms)
+        return terms
+
+    def _cost(self, batch: Batch, terms: dict[str, float] | None) -> float:
+        hw = self.hardware
+        bw = self._bw
+        total = hw.step_overhead_s
+        finalize_bytes = 0
+        for op in batch.housekeeping.finalize:
+            finalize_bytes += 2 * len(op.to_depths) * self.kv_position_bytes
+        total += finalize_bytes / bw
+        if terms is not None:
+            terms["step_overhead_s"] = hw.step_overhead_s
+            terms["finalize_s"] = finalize_bytes / bw
+        stage = batch.stage
+        if stage is Stage.PRELUDE:
+            embed = 2 * len(batch.items) * self.embed_row_bytes / bw
+            total += embed + self.host_call_s
+            if terms is not None:
+                terms["embed_s"] = embed
+                terms["memory_s"] = embed
+                terms["host_s"] = self.host_call_s
+            return total
+        if stage is Stage.CODA:
+            rows = len(batch.items)
+            mem = (self.lm_head_bytes + rows * self.embed_row_bytes) / bw
+            comp = rows * self.lm_head_flops_per_row / self._flops
+            total += max(mem, comp) + self.host_call_s + hw.sampling_s
+            if terms is not None:
+                terms["lm_head_s"] = max(mem, comp)
+                terms["memory_s"] = mem
+                terms["compute_s"] = comp
+                terms["host_s"] = self.host_call_s
+                terms["sampling_s"] = hw.sampling_s
+            return total
+        for call in batch.core_call_items():
+            rows = kv_tokens = ctx_sum = fused_rows = 0
+            for item, depth in call:
+                n = item.num_tokens
+                kv, ctx, _ = item_context(item)
+                rows += n
+                kv_tokens += kv
+                ctx_sum += ctx
+                if item.fused_prelude and depth == item.depth:
+                    fused_rows += n
+            kv_bytes = (kv_tokens + rows) * self.kv_position_bytes
+            embed_bytes = 2 * fused_rows * self.embed_row_bytes
+            mem = self.weights_s + (kv_bytes + embed_bytes) / bw
+            gemm = rows * self.gemm_flops_per_row / self._flops
+            attn = ctx_sum * self.attn_flops_per_context / self._flops
+            total += max(mem, gemm + attn) + self.host_call_s
+            if terms is not None:
+                terms["weights_s"] += self.weights_s
+                terms["kv_s"] += kv_bytes / bw
+                terms["embed_s"] += embed_bytes / bw
+                terms["memory_s"] += mem
+                terms["gemm_s"] += gemm
+                terms["attention_s"] += attn
+                terms["compute_s"] += gemm + attn
+                terms["host_s"] += self.host_call_s
+        return total
