@@ -1,0 +1,179 @@
+"""RFC §6 at the scheduler level: selection order, admission, budgets, readiness, fairness."""
+
+from __future__ import annotations
+
+import pytest
+
+from engine.core import Batch, EngineCore, ItemKind, SamplingParams, Stage
+from engine.core.fake_executor import FakeExecutor
+from tests.helpers import drive, make_config
+
+
+def step(core: EngineCore, ex: FakeExecutor, now: float) -> Batch:
+    batch = core.schedule(now)
+    assert batch is not None
+    core.apply(batch, ex.execute(batch), now + 1)
+    return batch
+
+
+def until_decoding(core: EngineCore, ex: FakeExecutor, ids: list[str]) -> float:
+    now = 0.0
+    while not all(core.requests[i].stage is Stage.RECURRENT for i in ids):
+        step(core, ex, now)
+        now += 1
+    return now
+
+
+def test_mixed_takes_decode_first_then_prompt_rows() -> None:
+    core = EngineCore(make_config("mixed", max_num_seqs=4, max_num_batched_tokens=11,
+                                  prefill_chunk_size=8))
+    ex = FakeExecutor()
+    for i in range(3):
+        core.add_request(f"d{i}", [1, 2], SamplingParams(max_tokens=50), 0.0)
+    now = until_decoding(core, ex, ["d0", "d1", "d2"])
+    core.add_request("p", list(range(20)), SamplingParams(max_tokens=2), now)
+    mixed = [b for b in (step(core, ex, now + k) for k in range(12)) if b.is_mixed]
+    assert mixed, "no mixed core call formed"
+    for b in mixed:
+        kinds = [it.kind for it in b.items]
+        assert kinds == [ItemKind.DECODE] * 3 + [ItemKind.PROMPT]
+        assert b.num_rows == 11  # 3 decode rows + one whole 8-token chunk fills the budget
+
+
+def test_selector_budget_boundary() -> None:
+    core = EngineCore(make_config("per_depth", max_num_batched_tokens=16, prefill_chunk_size=8))
+    core.add_request("a", list(range(8)), SamplingParams(max_tokens=1), 0.0)
+    core.add_request("b", list(range(8)), SamplingParams(max_tokens=1), 0.0)
+    core.scheduler.admit()
+    s = core.scheduler
+    assert [it.request_id for it in s.take_prompts(15)] == ["a"]  # b (8) no longer fits 7
+    s.enqueue_prefill(core.requests["a"])
+    assert [it.request_id for it in s.take_prompts(16)] == ["a", "b"]  # exactly fills
+    for r in ("a", "b"):
+        s.enqueue_prefill(core.requests[r])
+    assert s.take_prompts(7) == []  # head does not fit: stop, never skip to a later one
+
+
+def test_prompt_item_keeps_its_place_across_depths() -> None:
+    # budget fits one prompt item: the oldest prompt must run all its depths and chunks first
+    core = EngineCore(make_config("mixed", max_num_seqs=2, max_num_batched_tokens=9,
+                                  prefill_chunk_size=8))
+    ex = FakeExecutor()
+    core.add_request("old", list(range(16)), SamplingParams(max_tokens=1), 0.0)
+    core.add_request("young", list(range(8)), SamplingParams(max_tokens=1), 0.0)
+    d = drive(core, ex)
+    order = [(it.request_id, it.position, it.depth) for b in d.batches for it in b.items
+             if it.kind is ItemKind.PROMPT]
+    assert order[:8] == [("old", p, dep) for p in (0, 8) for dep in range(4)]
+    assert order[8:] == [("young", 0, dep) for dep in range(4)]
+
+
+@pytest.mark.parametrize("arm", ["atomic", "per_depth", "mixed"])
+def test_admission_continues_while_a_long_prompt_runs(arm: str) -> None:
+    core = EngineCore(make_config(arm, max_num_seqs=4, max_num_batched_tokens=11,
+                                  prefill_chunk_size=8))
+    ex = FakeExecutor()
+    core.add_request("long", list(range(64)), SamplingParams(max_tokens=1), 0.0)
+    for k in range(3):
+        step(core, ex, float(k))
+    core.add_request("short", [1, 2, 3], SamplingParams(max_tokens=3), 3.0)
+    step(core, ex, 3.0)
+    assert core.requests["short"].stage is not Stage.WAITING
+    assert core.requests["long"].stage is Stage.PREFILL  # long prompt still unfinished
+    d = drive(core, ex)
+    finish = {e.request_id: e.time_s for e in d.events if e.finished}
+    if arm != "atomic":  # per-depth prompt work lets the short request overtake
+        assert finish["short"] < finish["long"]
+
+
+def test_atomic_prefill_runs_all_depths_in_one_step_and_alternates_with_decode() -> None:
+    core = EngineCore(make_config("atomic", max_num_seqs=4, max_num_batched_tokens=8,
+                                  prefill_chunk_size=8))
+    ex = FakeExecutor()
+    core.add_request("d", [1], SamplingParams(max_tokens=40), 0.0)
+    now = until_decoding(core, ex, ["d"])
+    core.add_request("p", list(range(32)), SamplingParams(max_tokens=1), now)
+    stages = [step(core, ex, now + k) for k in range(10)]
+    prefill = [b for b in stages if b.stage is Stage.PREFILL]
+    assert prefill and all(b.core_calls == 4 for b in prefill)
+    labels = [b.kind_label for b in stages if b.stage in (Stage.PREFILL, Stage.RECURRENT)]
+    for a, b in zip(labels, labels[1:], strict=False):
+        assert not (a == b == "prefill"), labels  # never two prefill batches back to back
+
+
+def test_large_min_coda_batch_flushes_when_recurrent_is_empty() -> None:
+    for arm in ("atomic", "per_depth", "mixed"):
+        core = EngineCore(make_config(arm, min_coda_batch_size=100))
+        ex = FakeExecutor()
+        for i in range(3):
+            core.add_request(f"r{i}", list(range(5 + i)), SamplingParams(max_tokens=4), 0.0)
+        d = drive(core, ex, max_steps=500)
+        assert len([e for e in d.events if e.finished]) == 3
+        codas = [b for b in d.batches if b.stage is Stage.CODA]
+        assert all(len(b.items) < 100 for b in codas)
+
+
+def test_coda_waits_for_a_fuller_batch_while_recurrent_work_remains() -> None:
+    core = EngineCore(make_config("atomic", min_coda_batch_size=2))
+    core.add_request("a", [1], SamplingParams(max_tokens=1), 0.0)
+    core.add_request("b", list(range(30)), SamplingParams(max_tokens=1), 0.0)
+    core.scheduler.admit()
+    s = core.scheduler
+    s.coda.append(core.requests["a"])
+    s.recurrent.append(core.requests["b"])
+    assert not s.coda_ready()
+    s.recurrent.clear()
+    assert s.coda_ready()
+
+
+@pytest.mark.parametrize("arm", ["atomic", "per_depth", "mixed"])
+def test_repeated_short_arrivals_cannot_starve_a_running_decode(arm: str) -> None:
+    core = EngineCore(make_config(arm, max_num_seqs=4, max_num_batched_tokens=11,
+                                  prefill_chunk_size=8))
+    ex = FakeExecutor()
+    core.add_request("long", [1, 2], SamplingParams(max_tokens=200), 0.0)
+    now = until_decoding(core, ex, ["long"])
+    start_tokens = core.requests["long"].num_output_tokens
+    decode_calls = prompt_calls = 0
+    for k in range(60):
+        if k % 2 == 0:
+            core.add_request(f"s{k}", list(range(8)), SamplingParams(max_tokens=1), now)
+        b = step(core, ex, now)
+        now += 1
+        has_long = any(it.request_id == "long" and it.kind is ItemKind.DECODE
+                       and b.stage is Stage.RECURRENT for it in b.items)
+        decode_calls += has_long
+        prompt_calls += b.kind_label in ("prefill", "prompt")
+        if arm == "mixed" and b.stage is Stage.RECURRENT:
+            assert has_long or core.requests["long"].stage is not Stage.RECURRENT
+    # 30 one-chunk arrivals: prompt-only batches alternate with decode, never starve it
+    assert decode_calls >= prompt_calls - 1 and decode_calls >= 15
+    assert core.requests["long"].num_output_tokens - start_tokens >= 4
+
+
+def test_priority_admission_and_bypass_limit() -> None:
+    # pool of 24 blocks (block 1 token, 4 planes): a running request holds 8, a long one needs
+    # 20 and waits; short ones (4 blocks) may bypass it once, then it is protected.
+    core = EngineCore(make_config("atomic", num_blocks=24, block_size=1, max_num_seqs=4,
+                                  max_admission_bypasses=1))
+    core.add_request("run", [1], SamplingParams(max_tokens=2), 0.0)
+    core.scheduler.admit()
+    assert core.kv.num_used_blocks == 8
+    core.add_request("long", list(range(4)), SamplingParams(max_tokens=2), 1.0)
+    core.add_request("s1", [1], SamplingParams(max_tokens=1), 1.0)
+    core.add_request("s2", [1], SamplingParams(max_tokens=1), 1.0)
+    core.scheduler.admit()
+    assert core.requests["s1"].stage is Stage.PREFILL  # bypassed once
+    assert core.requests["s2"].stage is Stage.WAITING  # long is now protected
+    assert core.requests["long"].bypassed == 1
+    core2 = EngineCore(make_config("atomic", policy="priority"))
+    core2.add_request("low", [1], SamplingParams(max_tokens=1), 0.0, priority=5)
+    core2.add_request("high", [1], SamplingParams(max_tokens=1), 0.0, priority=0)
+    assert core2.waiting.admit(1, lambda r: True)[0].request_id == "high"
+
+
+def test_request_that_can_never_fit_is_rejected() -> None:
+    core = EngineCore(make_config("atomic", num_blocks=8, block_size=1))
+    with pytest.raises(ValueError, match="cache.num_blocks"):
+        core.add_request("big", list(range(10)), SamplingParams(max_tokens=1), 0.0)
+    assert not core.has_work()
