@@ -1,0 +1,25 @@
+"""The SimPy simulator: driver, executor, cost models, exit signals and run validity.
+
+Importing ``sim`` never imports torch.
+"""
+
+from sim.cost import CostModel, make_cost_model
+from sim.driver import SimulationDeadlock, simulate
+from sim.executor import SimExecutor
+from sim.exit_model import make_signal_fn
+from sim.shapes import MODEL_SHAPES, get_shape
+from sim.validity import NO_MIXED_CALL, check, injection_problem
+
+__all__ = [
+    "MODEL_SHAPES",
+    "NO_MIXED_CALL",
+    "CostModel",
+    "SimExecutor",
+    "SimulationDeadlock",
+    "check",
+    "get_shape",
+    "injection_problem",
+    "make_cost_model",
+    "make_signal_fn",
+    "simulate",
+]

@@ -1,0 +1,169 @@
+"""The SimPy driver: one arrival process and one engine process per run (DESIGN.md §7).
+
+Each engine turn::
+
+    batch  = core.schedule(env.now)
+    result = executor.execute(batch)
+    yield env.timeout(cost.step_time(batch))
+    events = core.apply(batch, result, env.now)
+
+Arrivals whose time has come are submitted before every ``schedule``, so an arrival at the
+same instant a step ends is seen by the next schedule whatever order SimPy fires the two
+events in. Arrivals triggered by a token (``source.on_token``) arrive at that token's time.
+When the core has no work the engine waits on an idle event that the arrival process
+triggers. Per-step work is O(batch); only raw rows are stored, metrics come after the run.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Generator
+from typing import Any
+
+import simpy
+
+from engine.core.config import EngineConfig
+from engine.core.engine_core import EngineCore
+from engine.core.fake_executor import SignalFn
+from engine.core.records import ArrivalSource, ArrivalSpec, RunRecorder, RunRecords
+from sim.cost.base import CostModel
+from sim.executor import SimExecutor
+from sim.validity import injection_problem
+
+
+class SimulationDeadlock(RuntimeError):
+    """The core holds work but schedules nothing, and no arrival can change that."""
+
+
+class _SimRun:
+    def __init__(
+        self,
+        cfg: EngineConfig,
+        source: ArrivalSource,
+        cost: CostModel,
+        executor: SimExecutor,
+        record_batches: bool,
+    ) -> None:
+        self.env = simpy.Environment()
+        self.core = EngineCore(cfg)
+        self.source = source
+        self.cost = cost
+        self.executor = executor
+        self.recorder = RunRecorder(record_batches)
+        timed = list(source.initial())
+        for spec in timed:
+            if spec.arrival_s is None or not spec.arrival_s >= 0.0:
+                raise ValueError(
+                    f"workload: request {spec.request_id} has arrival_s {spec.arrival_s!r}; "
+                    "timed arrivals need a time >= 0"
+                )
+        timed.sort(key=lambda s: s.arrival_s)  # type: ignore[arg-type, return-value]
+        self.timed = timed
+        self.next_arrival = 0
+        self.idle: simpy.Event | None = None
+
+    # ---- arrivals ------------------------------------------------------------------------
+    def submit(self, spec: ArrivalSpec, arrival_s: float) -> None:
+        if spec.injected:
+            problem = injection_problem(self.core, spec, arrival_s)
+            if problem is not None:
+                self.recorder.records.invalid_reasons.append(problem)
+        self.recorder.submitted(spec)
+        self.core.add_request(
+            spec.request_id, spec.prompt_token_ids, spec.params, arrival_s, spec.priority
+        )
+
+    def submit_due(self, now_s: float) -> None:
+        """Submit every timed arrival at or before ``now_s``, in time order."""
+        timed, i = self.timed, self.next_arrival
+        while i < len(timed) and timed[i].arrival_s <= now_s:  # type: ignore[operator]
+            spec = timed[i]
+            i += 1
+            self.next_arrival = i
+            self.submit(spec, spec.arrival_s)  # type: ignore[arg-type]
+
+    def wake(self) -> None:
+        if self.idle is not None and not self.idle.triggered:
+            self.idle.succeed()
+
+    def arrival_process(self) -> Generator[simpy.Event, Any, None]:
+        env = self.env
+        while self.next_arrival < len(self.timed):
+            due = self.timed[self.next_arrival].arrival_s
+            assert due is not None
+            if due > env.now:
+                yield env.timeout(due - env.now)
+            # Submit by the arrival's own time: env.now may sit an ulp below it.
+            self.submit_due(max(due, env.now))
+            self.wake()
+
+    # ---- engine --------------------------------------------------------------------------
+    def wait_for_arrival(self) -> simpy.Event:
+        self.idle = self.env.event()
+        return self.idle
+
+    def engine_process(self) -> Generator[simpy.Event, Any, None]:
+        env, core, executor, cost = self.env, self.core, self.executor, self.cost
+        recorder, source = self.recorder, self.source
+        while True:
+            self.submit_due(env.now)
+            if not core.has_work():
+                if self.next_arrival >= len(self.timed):
+                    break
+                yield self.wait_for_arrival()
+                continue
+            start = env.now
+            batch = core.schedule(start)
+            if batch is None:
+                if self.next_arrival >= len(self.timed):
+                    raise SimulationDeadlock(
+                        f"at t={start:.6f}s the core holds {core.num_waiting} waiting and "
+                        f"{core.num_running} running requests but schedules nothing, and no "
+                        "arrival is pending"
+                    )
+                yield self.wait_for_arrival()
+                continue
+            result = executor.execute(batch)
+            duration = cost.step_time(batch)
+            if not duration >= 0.0:
+                raise ValueError(f"cost model returned {duration!r} s for step {batch.step_id}")
+            yield env.timeout(duration)
+            end = env.now
+            events = core.apply(batch, result, end)
+            for event in events:
+                for spec in source.on_token(event):
+                    self.submit(spec, event.time_s)
+            recorder.step(batch, start, end, events)
+            finished = core.pop_finished()
+            if finished:
+                recorder.finished(finished)
+        core.take_housekeeping()  # the drain: nothing left for a runner to release
+
+    def run(self) -> RunRecords:
+        t0 = time.perf_counter()
+        self.env.process(self.arrival_process())
+        engine = self.env.process(self.engine_process())
+        self.env.run(until=engine)
+        records = self.recorder.records
+        records.wall_s = time.perf_counter() - t0
+        return records
+
+
+def simulate(
+    cfg: EngineConfig,
+    source: ArrivalSource,
+    cost: CostModel,
+    *,
+    signal_fn: SignalFn | None = None,
+    seed: int = 0,
+    record_batches: bool = False,
+    vocab_size: int = 64,
+) -> RunRecords:
+    """Run ``source`` through an ``EngineCore(cfg)`` in simulated time and return its rows.
+
+    Times are simulated seconds from 0. ``seed`` drives sampled tokens, ``signal_fn`` the
+    gate signals of adaptive exit modes (``sim.exit_model.make_signal_fn``). Raises
+    ``SimulationDeadlock`` if the core stalls with work left, ValueError on a bad request.
+    """
+    executor = SimExecutor(seed=seed, vocab_size=vocab_size, signal_fn=signal_fn)
+    return _SimRun(cfg, source, cost, executor, record_batches).run()

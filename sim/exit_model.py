@@ -1,0 +1,76 @@
+"""Gate signals for the adaptive exit modes in simulation (DESIGN.md §5).
+
+``fixed``, ``trace`` and ``categorical`` are decided by the core from seeded per-request
+streams and need no signal. ``ouro``, ``ouro_delayed`` and ``random_lookahead`` read one
+signal per decode row and depth; here it is synthetic: λ at depth d is logit-normal around a
+per-depth mean, ``sigmoid(logit(mean_lambdas[d]) + sigma * z)`` with z a standard normal
+drawn from a hash of (seed, request, position, depth). The same seed gives the same λ for the
+same token and depth in every arm, however the work was batched. For ``random_lookahead`` the
+same value is read as the lookahead score ("exit after one more loop" when it reaches the
+threshold).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from statistics import NormalDist
+
+from engine.core.config import ExitConfig
+from engine.core.exits import stable_seed
+from engine.core.fake_executor import SignalFn
+
+# Synthetic per-depth mean λ for D = 4: rising with depth, so deeper loops exit more often.
+DEFAULT_MEAN_LAMBDAS: tuple[float, ...] = (0.15, 0.3, 0.45, 0.6)
+SIGNAL_MODES: frozenset[str] = frozenset({"ouro", "ouro_delayed", "random_lookahead"})
+_EPS = 1e-12
+
+
+def default_mean_lambdas(num_depths: int) -> tuple[float, ...]:
+    """DEFAULT_MEAN_LAMBDAS for D = 4; otherwise evenly spaced from 0.15 to 0.6."""
+    if num_depths == len(DEFAULT_MEAN_LAMBDAS):
+        return DEFAULT_MEAN_LAMBDAS
+    if num_depths == 1:
+        return (0.15,)
+    return tuple(0.15 + 0.45 * d / (num_depths - 1) for d in range(num_depths))
+
+
+def lambda_signal_fn(seed: int, mean_lambdas: Sequence[float], sigma: float = 0.5) -> SignalFn:
+    """A deterministic λ stream: logit-normal around ``mean_lambdas[depth]``."""
+    if not mean_lambdas:
+        raise ValueError("exit.mean_lambdas: needs one mean per depth")
+    for m in mean_lambdas:
+        if not 0.0 < m < 1.0:
+            raise ValueError(f"exit.mean_lambdas: each mean must be in (0, 1), got {m!r}")
+    if sigma < 0:
+        raise ValueError(f"exit.lambda_sigma: must be >= 0, got {sigma!r}")
+    logits = tuple(math.log(m / (1.0 - m)) for m in mean_lambdas)
+    last = len(logits) - 1
+    inv_cdf = NormalDist().inv_cdf
+
+    def signal(request_id: str, position: int, depth: int) -> float:
+        u = (stable_seed(seed, "lambda", request_id, position, depth) >> 11) / float(1 << 53)
+        z = inv_cdf(min(max(u, _EPS), 1.0 - _EPS))
+        x = logits[depth if depth < last else last] + sigma * z
+        return 1.0 / (1.0 + math.exp(-x))
+
+    return signal
+
+
+def make_signal_fn(
+    exit_cfg: ExitConfig,
+    num_depths: int,
+    *,
+    seed: int,
+    mean_lambdas: Sequence[float] | None = None,
+    sigma: float = 0.5,
+) -> SignalFn | None:
+    """The signal function for ``exit_cfg.mode``, or None when the core decides alone."""
+    if exit_cfg.mode not in SIGNAL_MODES:
+        return None
+    means = tuple(mean_lambdas) if mean_lambdas is not None else default_mean_lambdas(num_depths)
+    if len(means) != num_depths:
+        raise ValueError(
+            f"exit.mean_lambdas: needs {num_depths} entries (one per depth), got {len(means)}"
+        )
+    return lambda_signal_fn(stable_seed(seed, exit_cfg.mode), means, sigma)
