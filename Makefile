@@ -15,7 +15,7 @@ $(STAMP): pyproject.toml
 setup: $(STAMP)
 
 lint: $(STAMP)
-	$(BIN)/ruff check engine kernels sim loopserve tests
+	$(BIN)/ruff check .
 	$(BIN)/mypy engine/core
 
 test: lint

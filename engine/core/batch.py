@@ -14,9 +14,10 @@ class ItemKind(enum.Enum):
     PROMPT = "PROMPT"
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True, eq=False)
 class ScheduledItem:
-    """One request's work in a batch, snapshotted when scheduled.
+    """One request's work in a batch, snapshotted when scheduled; read-only by contract
+    (not frozen, because frozen dataclasses cost 4x to build on the hot path).
 
     ``depth`` is the first depth this item runs and ``num_depths`` how many consecutive depths
     it runs inside this step (1, except an atomic PREFILL chunk or a prompt shortcut).
@@ -67,50 +68,51 @@ class Housekeeping:
         return bool(self.finalize or self.released_handles or self.released_requests)
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True, eq=False)
 class Batch:
-    """A scheduled step. Rows: decode items first, then each prompt item's rows contiguously."""
+    """A scheduled step. Rows: decode items first, then each prompt item's rows contiguously.
+
+    Read-only by contract; the counts are computed once when the batch is built.
+    """
 
     step_id: int
     stage: Stage
     items: tuple[ScheduledItem, ...]
     housekeeping: Housekeeping = field(default_factory=Housekeeping)
+    num_decode_items: int = field(init=False, default=0)
+    num_prompt_items: int = field(init=False, default=0)
+    num_prompt_tokens: int = field(init=False, default=0)
+    num_fused_prelude_items: int = field(init=False, default=0)
+    needs_signals: bool = field(init=False, default=False)
+    core_calls: int = field(init=False, default=0)
+    """Recurrent-core traversals this step costs (0 for PRELUDE and CODA)."""
 
-    @property
-    def num_decode_items(self) -> int:
-        return sum(1 for it in self.items if it.kind is ItemKind.DECODE)
-
-    @property
-    def num_prompt_items(self) -> int:
-        return sum(1 for it in self.items if it.kind is ItemKind.PROMPT)
-
-    @property
-    def num_prompt_tokens(self) -> int:
-        return sum(it.num_tokens for it in self.items if it.kind is ItemKind.PROMPT)
+    def __post_init__(self) -> None:
+        runs_core = self.stage in (Stage.PREFILL, Stage.RECURRENT)
+        for it in self.items:
+            if it.kind is ItemKind.DECODE:
+                self.num_decode_items += 1
+            else:
+                self.num_prompt_items += 1
+                self.num_prompt_tokens += it.num_tokens
+            if it.fused_prelude:
+                self.num_fused_prelude_items += 1
+            if it.needs_signal:
+                self.needs_signals = True
+            if runs_core and it.num_depths > self.core_calls:
+                self.core_calls = it.num_depths
 
     @property
     def num_rows(self) -> int:
-        return sum(it.num_tokens for it in self.items)
-
-    @property
-    def num_fused_prelude_items(self) -> int:
-        return sum(1 for it in self.items if it.fused_prelude)
+        return self.num_decode_items + self.num_prompt_tokens
 
     @property
     def is_mixed(self) -> bool:
-        kinds = {it.kind for it in self.items}
-        return self.stage is Stage.RECURRENT and len(kinds) == 2
-
-    @property
-    def core_calls(self) -> int:
-        """Recurrent-core traversals this step costs (0 for PRELUDE and CODA)."""
-        if self.stage not in (Stage.PREFILL, Stage.RECURRENT):
-            return 0
-        return max((it.num_depths for it in self.items), default=0)
-
-    @property
-    def needs_signals(self) -> bool:
-        return any(it.needs_signal for it in self.items)
+        return (
+            self.stage is Stage.RECURRENT
+            and self.num_decode_items > 0
+            and self.num_prompt_items > 0
+        )
 
     def depth_counts(self) -> dict[int, int]:
         """Item count per depth over every core call of the step."""

@@ -139,6 +139,16 @@ class BlockManager:
             raise KVIntegrityError(f"request {key}: write to {end} exceeds claimed capacity")
         alloc.written[plane] = max(alloc.written[plane], end)
 
+    def mark_token(self, key: Key, depth: int, position: int) -> None:
+        """``mark_written`` for one decode token (the hot path: one call per row per step)."""
+        alloc = self._allocs[key]
+        written = alloc.written
+        plane = 0 if self.num_planes == 1 else depth
+        if position > written[plane] or position >= len(alloc.tables[0]) * self.block_size:
+            self.mark_written(key, depth, position, position + 1)  # raises with the reason
+        elif position == written[plane]:
+            written[plane] = position + 1
+
     def finalize(self, key: Key, position: int, exit_depth: int) -> tuple[int, ...]:
         """A decode token at ``position`` exited after zero-based depth ``exit_depth``: its K/V
         now stands in planes exit_depth+1..D-1. Returns the depths to copy into."""

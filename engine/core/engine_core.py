@@ -171,33 +171,48 @@ class EngineCore:
                 f"batch {batch.step_id} ({batch.stage.value}, {len(batch.items)} items)"
             )
         self._now = now
+        stage = batch.stage
+        requests = self.requests
+        if stage is Stage.RECURRENT:
+            assert isinstance(result, RecurrentResult)
+            self._apply_recurrent(batch, result.decode_signals)
+            return []
         events: list[TokenEvent] = []
-        signals = result.decode_signals if isinstance(result, RecurrentResult) else None
-        decode_index = 0
         for i, item in enumerate(batch.items):
-            signal = None
-            if batch.stage is Stage.RECURRENT and item.kind is ItemKind.DECODE:
-                if signals is not None:
-                    signal = signals[decode_index]
-                decode_index += 1
-            req = self.requests.get(item.request_id)
+            req = requests.get(item.request_id)
             if req is None or req.generation != item.generation:
                 continue  # aborted, failed or reused id: a late result never touches it
-            if batch.stage is Stage.PRELUDE:
+            if stage is Stage.PRELUDE:
                 self._apply_prelude(req)
-            elif batch.stage is Stage.CODA:
+            elif stage is Stage.CODA:
                 assert isinstance(result, CodaResult)
                 events.append(self._apply_coda(req, result.token_ids[i], now))
-            elif item.kind is ItemKind.PROMPT:
-                self._apply_prompt(req, item)
             else:
-                if item.needs_signal and signal is None:
-                    raise StaleResultError(
-                        f"step {batch.step_id}: request {req.request_id} needs a gate signal "
-                        "but the result carries none"
-                    )
-                self._apply_decode(req, item, signal)
+                self._apply_prompt(req, item)
         return events
+
+    def _apply_recurrent(self, batch: Batch, signals: tuple[float, ...] | None) -> None:
+        requests = self.requests
+        decode_index = 0
+        for item in batch.items:
+            req = requests.get(item.request_id)
+            stale = req is None or req.generation != item.generation
+            if item.kind is ItemKind.PROMPT:
+                if not stale:
+                    assert req is not None
+                    self._apply_prompt(req, item)
+                continue
+            signal = None if signals is None else signals[decode_index]
+            decode_index += 1
+            if stale:
+                continue
+            assert req is not None
+            if signal is None and item.needs_signal:
+                raise StaleResultError(
+                    f"step {batch.step_id}: request {req.request_id} needs a gate signal "
+                    "but the result carries none"
+                )
+            self._apply_decode(req, item, signal)
 
     def fail(self, batch: Batch, error: str = "error") -> list[str]:
         """The batch-failure path: its requests finish with reason ``error`` and release all."""
@@ -221,11 +236,11 @@ class EngineCore:
         self.scheduler.recurrent.append(req)
 
     def _apply_decode(self, req: Request, item: ScheduledItem, signal: float | None) -> None:
-        key = self._key(req)
-        self.kv.mark_written(key, item.depth, item.position, item.position + 1)
-        req.loops_done = item.depth + 1
+        key = (req.request_id, req.generation)
+        self.kv.mark_token(key, item.depth, item.position)
+        req.loops_done = loops = item.depth + 1
         assert req.decider is not None
-        if not req.decider.after_depth(req.loops_done, signal):
+        if not req.decider.after_depth(loops, signal):
             self.scheduler.recurrent.append(req)
             return
         targets = self.kv.finalize(key, item.position, item.depth)
@@ -253,12 +268,14 @@ class EngineCore:
             self.prompt_states.release(p.state)
         req.prompt_item = None
         req.num_prefilled_tokens = end
+        req.position = end
         if end < req.num_prompt_tokens:
             if self.cfg.scheduler.arm != "atomic":
                 self._new_prompt_item(req)
             self.scheduler.enqueue_prefill(req)
             return
         req.loops_done = self.num_depths
+        req.position = end - 1  # CODA samples from the last prompt position
         req.stage = Stage.CODA
         self.scheduler.coda.append(req)
 
@@ -267,6 +284,7 @@ class EngineCore:
         exit_depth = self.num_depths if index == 0 else req.loops_done
         req.output_token_ids.append(int(token_id))
         req.exit_depths.append(exit_depth)
+        req.position = req.num_prompt_tokens + index  # where this new token will run
         if index == 0:
             req.first_token_s = now
         reason = self._finish_reason(req, int(token_id))

@@ -91,6 +91,9 @@ class Request:
     num_prefilled_tokens: int = 0
     prompt_item: PromptItem | None = None
     loops_done: int = 0
+    # RoPE position of the token now in the loop (decode) or the next prompt token (prefill);
+    # kept as a field because the scheduler reads it for every row of every step.
+    position: int = 0
     output_token_ids: list[int] = field(default_factory=list)
     exit_depths: list[int] = field(default_factory=list)
     admitted_seq: int = -1
@@ -108,13 +111,6 @@ class Request:
     @property
     def num_output_tokens(self) -> int:
         return len(self.output_token_ids)
-
-    @property
-    def position(self) -> int:
-        """RoPE position of the token now in the loop (decode) or the next prompt token."""
-        if self.stage in (Stage.WAITING, Stage.PREFILL):
-            return self.num_prefilled_tokens
-        return self.num_prompt_tokens + self.num_output_tokens - 1
 
     @property
     def lifetime_tokens(self) -> int:

@@ -96,20 +96,21 @@ class Scheduler:
 
     def take_decode(self, budget: int) -> list[ScheduledItem]:
         """Decode items from the RECURRENT queue head, up to max_num_seqs and ``budget`` rows."""
-        limit = min(self.sched.max_num_seqs, budget)
+        queue = self.recurrent
+        count = min(self.sched.max_num_seqs, budget, len(queue))
         items: list[ScheduledItem] = []
-        while self.recurrent and len(items) < limit:
-            req = self.recurrent.popleft()
+        append = items.append
+        incremental = self.cfg.cache.incremental_allocation
+        decode = ItemKind.DECODE
+        for _ in range(count):
+            req = queue.popleft()
             depth = req.loops_done
-            if depth == 0:
+            if incremental and depth == 0:
                 self._grow(req, req.position + 1)
-            assert req.decider is not None
-            items.append(
-                ScheduledItem(
-                    req.request_id, req.generation, ItemKind.DECODE, req.position, 1,
-                    depth=depth, needs_signal=req.decider.needs_signal(depth),
-                )
-            )
+            decider = req.decider
+            assert decider is not None
+            append(ScheduledItem(req.request_id, req.generation, decode, req.position, 1,
+                                 depth, 1, decider.needs_signal(depth)))
         return items
 
     def take_prompts(self, budget: int, *, to_last_depth: bool = False) -> list[ScheduledItem]:
