@@ -1,0 +1,65 @@
+"""Build an Ouro model: a preset with seeded random weights, or an HF checkpoint directory."""
+
+from __future__ import annotations
+
+import os
+
+import torch
+
+from engine.model.config import OuroConfig
+from engine.model.layers import rope_inv_freq
+from engine.model.ouro import OuroForCausalLM
+from engine.model.presets import PRESETS, get_preset
+
+
+def default_dtype(device: torch.device | str) -> torch.dtype:
+    """fp32 on CPU, bf16 on CUDA."""
+    return torch.bfloat16 if torch.device(device).type == "cuda" else torch.float32
+
+
+def empty_model(cfg: OuroConfig, device: torch.device | str, dtype: torch.dtype) -> OuroForCausalLM:
+    """An uninitialised model on ``device`` (built on meta, so no throwaway init)."""
+    with torch.device("meta"):
+        model = OuroForCausalLM(cfg)
+    model = model.to_empty(device=device).to(dtype)
+    # The RoPE table stays fp32 whatever the weight dtype.
+    model.model.inv_freq = rope_inv_freq(cfg.head_dim, cfg.rope_theta).to(device)
+    model.eval().requires_grad_(False)
+    return model
+
+
+def _is_norm(name: str) -> bool:
+    return name.endswith("norm.weight") or "layernorm" in name
+
+
+@torch.no_grad()
+def init_random_weights(model: OuroForCausalLM, seed: int) -> OuroForCausalLM:
+    """Seeded N(0, initializer_range) weights drawn on CPU (device-independent), norms at 1,
+    gate bias 0."""
+    gen = torch.Generator().manual_seed(seed)
+    std = model.config.initializer_range
+    for name, param in model.named_parameters():
+        if _is_norm(name):
+            param.fill_(1.0)
+        elif name.endswith("bias"):
+            param.zero_()
+        else:
+            param.copy_(torch.randn(param.shape, generator=gen) * std)
+    return model
+
+
+def build_model(
+    name_or_dir: str,
+    *,
+    seed: int = 0,
+    device: torch.device | str = "cpu",
+    dtype: torch.dtype | None = None,
+) -> OuroForCausalLM:
+    """A preset name (random weights from ``seed``) or a checkpoint directory, ready for eval."""
+    dtype = dtype or default_dtype(device)
+    if name_or_dir not in PRESETS and os.path.isdir(name_or_dir):
+        from engine.model.loader import load_checkpoint
+
+        return load_checkpoint(name_or_dir, device=device, dtype=dtype)
+    cfg = get_preset(name_or_dir)
+    return init_random_weights(empty_model(cfg, device, dtype), seed)

@@ -1,0 +1,1 @@
+"""Attention backends for packed, paged, mixed-depth batches."""
