@@ -177,3 +177,29 @@ def test_request_that_can_never_fit_is_rejected() -> None:
     with pytest.raises(ValueError, match="cache.num_blocks"):
         core.add_request("big", list(range(10)), SamplingParams(max_tokens=1), 0.0)
     assert not core.has_work()
+
+
+@pytest.mark.parametrize("arm", ["atomic", "per_depth"])
+def test_failed_batches_do_not_move_the_decode_alternation(arm: str) -> None:
+    core = EngineCore(make_config(arm, max_num_seqs=4, max_num_batched_tokens=8,
+                                  prefill_chunk_size=8))
+    ex = FakeExecutor()
+    core.add_request("d", [1], SamplingParams(max_tokens=40), 0.0)
+    now = until_decoding(core, ex, ["d"])
+    core.add_request("p1", list(range(32)), SamplingParams(max_tokens=1), now)
+    b = core.schedule(now)
+    assert b is not None and b.kind_label == "decode"  # the decoder is due first
+    core.apply(b, ex.execute(b), now + 1)
+    b = core.schedule(now + 1)
+    assert b is not None and b.kind_label in ("prefill", "prompt")
+    core.fail(b)  # p1 fails: decode's turn is not used up by a batch that did nothing
+    core.add_request("p2", list(range(32)), SamplingParams(max_tokens=1), now + 2)
+    b = core.schedule(now + 2)
+    assert b is not None and b.kind_label in ("prefill", "prompt")
+    core.apply(b, ex.execute(b), now + 3)
+    b = core.schedule(now + 3)
+    assert b is not None and b.kind_label == "decode"
+    core.fail(b)  # the decoder fails; its turn stays due for the next decoder
+    core.add_request("d2", [1], SamplingParams(max_tokens=3), now + 4)
+    assert core.scheduler.decode_due() is False  # no decoder queued yet
+    assert core.scheduler.prefill_batches_since_decode == 1

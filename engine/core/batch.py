@@ -6,7 +6,7 @@ import enum
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
-from engine.core.request import PromptItem, PromptStateHandle, Stage
+from engine.core.request import PromptItem, PromptStateHandle, SamplingParams, Stage
 
 
 class ItemKind(enum.Enum):
@@ -39,6 +39,11 @@ class ScheduledItem:
     prompt_state: PromptStateHandle | None = None
     prompt_item: PromptItem | None = None
     is_last_chunk: bool = False
+    # DECODE items needing a signal: which head produces it ("gate" or "lookahead").
+    signal_head: str = "gate"
+    # CODA items: the request's sampling params and the output index being sampled.
+    params: SamplingParams | None = None
+    output_index: int = 0
 
     @property
     def key(self) -> tuple[str, int]:

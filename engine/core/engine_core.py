@@ -46,6 +46,7 @@ class EngineCore:
         self._next_admission = 0
         self._next_step = 0
         self._now = 0.0
+        self._fairness_before = (-1, 0)
 
     # ---- requests ------------------------------------------------------------------------
     def add_request(
@@ -143,12 +144,14 @@ class EngineCore:
     def schedule(self, now: float) -> Batch | None:
         """Pick the next batch, or None when nothing can run now."""
         self._now = now
+        fairness_before = self.scheduler.prefill_batches_since_decode
         sel = self.policy.select(self.scheduler)
         if sel is None or not sel[1]:
             return None
         stage, items = sel
         batch = Batch(self._next_step, stage, tuple(items), self.take_housekeeping())
         self._next_step += 1
+        self._fairness_before = (batch.step_id, fairness_before)
         return batch
 
     def take_housekeeping(self) -> Housekeeping:
@@ -217,6 +220,11 @@ class EngineCore:
     def fail(self, batch: Batch, error: str = "error") -> list[str]:
         """The batch-failure path: its requests finish with reason ``error`` and release all."""
         failed = []
+        step_id, before = self._fairness_before
+        if step_id == batch.step_id:
+            # A failed batch must not move the prefill/decode alternation: a failed prefill
+            # does not use up decode's turn, a failed decode batch leaves decode due.
+            self.scheduler.prefill_batches_since_decode = before
         for item in batch.items:
             req = self.requests.get(item.request_id)
             if req is not None and req.generation == item.generation:

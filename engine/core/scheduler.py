@@ -89,7 +89,8 @@ class Scheduler:
             items.append(
                 ScheduledItem(
                     req.request_id, req.generation, ItemKind.DECODE, req.position, 1,
-                    depth=0, num_depths=0,
+                    depth=0, num_depths=0, params=req.params,
+                    output_index=req.num_output_tokens,
                 )
             )
         return items
@@ -109,8 +110,11 @@ class Scheduler:
                 self._grow(req, req.position + 1)
             decider = req.decider
             assert decider is not None
-            append(ScheduledItem(req.request_id, req.generation, decode, req.position, 1,
-                                 depth, 1, decider.needs_signal(depth)))
+            item = ScheduledItem(req.request_id, req.generation, decode, req.position, 1,
+                                 depth, 1, decider.needs_signal(depth))
+            if req.exit.mode == "random_lookahead":
+                item.signal_head = "lookahead"
+            append(item)
         return items
 
     def take_prompts(self, budget: int, *, to_last_depth: bool = False) -> list[ScheduledItem]:
