@@ -1,0 +1,69 @@
+"""Open-loop Poisson arrivals with prompt and output length distributions."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Literal
+
+import numpy as np
+from pydantic import Field
+
+from engine.core.records import ArrivalSpec
+from loopserve.workloads.base import (
+    LengthSpec,
+    StaticSource,
+    StrictModel,
+    arrival_times,
+    prompt_ids,
+    request_trace,
+    sample_lengths,
+    sampling_params,
+)
+
+
+def rate_source(
+    *,
+    num_requests: int,
+    request_rate: float,
+    burstiness: float,
+    prompt_tokens: LengthSpec,
+    output_tokens: LengthSpec,
+    seed: int,
+    vocab_size: int,
+    exit_trace: Sequence[int] | None,
+) -> StaticSource:
+    """Requests ``req-0..`` with gamma/Poisson arrivals; draws in a fixed order (arrival
+    gaps, prompt lengths, output lengths) from ``default_rng(seed)``."""
+    rng = np.random.default_rng(seed)
+    times = arrival_times(num_requests, request_rate, burstiness, rng)
+    prompts = sample_lengths(prompt_tokens, num_requests, rng)
+    outputs = sample_lengths(output_tokens, num_requests, rng)
+    specs = [
+        ArrivalSpec(
+            f"req-{i}",
+            prompt_ids(seed, i, prompts[i], vocab_size),
+            sampling_params(outputs[i], request_trace(outputs[i], None, exit_trace)),
+            arrival_s=times[i],
+        )
+        for i in range(num_requests)
+    ]
+    return StaticSource(specs)
+
+
+class PoissonWorkload(StrictModel):
+    """``num_requests`` Poisson arrivals at ``request_rate`` req/s."""
+
+    kind: Literal["poisson"]
+    num_requests: int = Field(ge=1)
+    request_rate: float = Field(gt=0, allow_inf_nan=False)
+    prompt_tokens: LengthSpec
+    output_tokens: LengthSpec
+
+    def build(
+        self, *, seed: int, vocab_size: int, exit_trace: Sequence[int] | None = None
+    ) -> StaticSource:
+        return rate_source(
+            num_requests=self.num_requests, request_rate=self.request_rate, burstiness=1.0,
+            prompt_tokens=self.prompt_tokens, output_tokens=self.output_tokens,
+            seed=seed, vocab_size=vocab_size, exit_trace=exit_trace,
+        )
