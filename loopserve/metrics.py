@@ -1,0 +1,121 @@
+"""Run metrics with vLLM's definitions (DESIGN.md §11) and the raw-row tables.
+
+- TTFT = first_token_s - arrival_s, per request that produced a token;
+- TPOT = (finish_s - first_token_s) / (output_tokens - 1), per request with > 1 token;
+- ITL = every gap between consecutive tokens of a request, pooled over requests;
+- E2EL = finish_s - arrival_s, per finished request;
+- percentiles by numpy's default linear interpolation, reported in milliseconds as
+  ``{mean, p50, p90, p99, max}`` (all None when a metric has no sample);
+- output_tok_s = output tokens / (last finish - first arrival);
+- prompt_token_loops_s = prompt tokens x D / the same span (prompt work done, in token-loops).
+
+Only finished requests (the rows of ``RunRecords.requests``) count.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from operator import attrgetter
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from engine.core.records import RunRecords
+
+STATS: tuple[str, ...] = ("mean", "p50", "p90", "p99", "max")
+STEP_COLUMNS: tuple[str, ...] = (
+    "step", "start_s", "end_s", "stage", "core_calls", "num_decode_items", "num_prompt_items",
+    "num_prompt_tokens", "num_fused_prelude_items", "depths", "mixed",
+)
+REQUEST_COLUMNS: tuple[str, ...] = (
+    "request_id", "arrival_s", "prompt_tokens", "output_tokens", "first_token_s", "finish_s",
+    "injected", "finish_reason",
+)
+TOKEN_COLUMNS: tuple[str, ...] = ("request_id", "index", "time_s", "token_id", "exit_depth")
+
+
+def distribution_ms(values_s: Iterable[float]) -> dict[str, float | None]:
+    """``{mean, p50, p90, p99, max}`` of ``values_s`` in milliseconds."""
+    arr = np.fromiter(values_s, dtype=np.float64) * 1e3
+    if arr.size == 0:
+        return dict.fromkeys(STATS)
+    p50, p90, p99 = np.percentile(arr, [50, 90, 99])
+    return {"mean": float(arr.mean()), "p50": float(p50), "p90": float(p90),
+            "p99": float(p99), "max": float(arr.max())}
+
+
+def inter_token_latencies(records: RunRecords) -> list[float]:
+    """Every gap (s) between consecutive tokens of the same request, pooled."""
+    last: dict[str, tuple[int, float]] = {}
+    gaps: list[float] = []
+    for tok in records.tokens:
+        prev = last.get(tok.request_id)
+        if prev is not None:
+            if tok.index != prev[0] + 1:
+                raise ValueError(
+                    f"tokens of {tok.request_id} out of order: index {tok.index} after {prev[0]}"
+                )
+            gaps.append(tok.time_s - prev[1])
+        last[tok.request_id] = (tok.index, tok.time_s)
+    return gaps
+
+
+def _num_depths(records: RunRecords) -> int | None:
+    for tok in records.tokens:
+        if tok.index == 0:
+            return tok.exit_depth  # the first token always runs all D depths
+    return None
+
+
+def summarize(records: RunRecords, num_depths: int | None = None) -> dict[str, Any]:
+    """Metrics of one run. ``num_depths`` (D) scales prompt token-loops; when None it is read
+    from the records (a first token always runs all D loops)."""
+    reqs = records.requests
+    ttft = [r.first_token_s - r.arrival_s for r in reqs if r.first_token_s is not None]
+    tpot = [
+        (r.finish_s - r.first_token_s) / (r.output_tokens - 1)
+        for r in reqs
+        if r.output_tokens > 1 and r.first_token_s is not None and r.finish_s is not None
+    ]
+    e2el = [r.finish_s - r.arrival_s for r in reqs if r.finish_s is not None]
+    finishes = [r.finish_s for r in reqs if r.finish_s is not None]
+    span = max(finishes) - min(r.arrival_s for r in reqs) if finishes else 0.0
+    depths = num_depths if num_depths is not None else _num_depths(records)
+    out_tok_s: float | None = None
+    loops_s: float | None = None
+    if span > 0:
+        out_tok_s = sum(r.output_tokens for r in reqs) / span
+        if depths is not None:
+            loops_s = sum(r.prompt_tokens for r in reqs) * depths / span
+    return {
+        "ttft_ms": distribution_ms(ttft),
+        "tpot_ms": distribution_ms(tpot),
+        "itl_ms": distribution_ms(inter_token_latencies(records)),
+        "e2el_ms": distribution_ms(e2el),
+        "output_tok_s": out_tok_s,
+        "prompt_token_loops_s": loops_s,
+        "num_requests": len(reqs),
+        "num_core_calls": records.num_core_calls,
+        "num_mixed_core_calls": records.num_mixed_core_calls,
+    }
+
+
+def _frame(rows: Iterable[Any], columns: tuple[str, ...]) -> pd.DataFrame:
+    get = attrgetter(*columns)
+    return pd.DataFrame.from_records([get(r) for r in rows], columns=list(columns))
+
+
+def steps_frame(records: RunRecords) -> pd.DataFrame:
+    """steps.csv rows (DESIGN.md §11) without the arm/point_id/repeat columns."""
+    return _frame(records.steps, STEP_COLUMNS)
+
+
+def requests_frame(records: RunRecords) -> pd.DataFrame:
+    """requests.csv rows in finish order, without the arm/point_id/repeat columns."""
+    return _frame(records.requests, REQUEST_COLUMNS)
+
+
+def tokens_frame(records: RunRecords) -> pd.DataFrame:
+    """tokens.csv rows in emission order, without the arm/point_id/repeat columns."""
+    return _frame(records.tokens, TOKEN_COLUMNS)
