@@ -1,0 +1,187 @@
+"""Run a scenario: every sweep point x repeat x arm, interleaved (r0: A0 A1 A2, r1: ...).
+
+``plan_runs`` resolves and validates everything first (points, one ``EngineConfig`` per arm
+and point, cost models, workload sources), so bad input fails before any run or file;
+``execute`` then runs the plan in the simulator or on the real engine, with a progress bar.
+"""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass, field
+from typing import Any
+
+from tqdm import tqdm
+
+from engine.core.config import EngineConfig, ModelShape
+from engine.core.records import ArrivalSource, RunRecords
+from loopserve.errors import UserError
+from loopserve.schema.build import engine_config, lifetime_bound, model_shape
+from loopserve.schema.scenario import Scenario
+from loopserve.sweep import SweepPoint, expand, reference_point
+
+TARGETS = ("sim", "cpu", "cuda")
+
+
+@dataclass(frozen=True)
+class RunSpec:
+    """One run: an arm at a sweep point, one repeat, with its validated config."""
+
+    arm: str
+    point_id: int
+    repeat: int
+    seed: int
+    cfg: EngineConfig
+
+
+@dataclass
+class RunResult:
+    """A finished run: raw records, validity reasons and its metrics summary."""
+
+    spec: RunSpec
+    records: RunRecords
+    invalid_reasons: list[str]
+    metrics: dict[str, Any]
+
+    @property
+    def valid(self) -> bool:
+        return not self.invalid_reasons
+
+
+@dataclass
+class Plan:
+    """Everything validated and ready to execute."""
+
+    scenario: Scenario
+    target: str
+    shape: ModelShape
+    points: list[SweepPoint]
+    runs: list[RunSpec]
+    reference_point_id: int
+    costs: dict[int, Any] = field(default_factory=dict)  # point_id -> CostModel (sim only)
+
+
+def plan_runs(scn: Scenario, target: str) -> Plan:
+    """Resolve points, configs, cost models and sources; raise UserError on any bad input."""
+    if target not in TARGETS:
+        raise UserError("--target", f"unknown target {target!r}; use one of {'|'.join(TARGETS)}")
+    if target != "sim":
+        _require_real_engine()
+    shape = model_shape(scn.model)
+    points = expand(scn)
+    ref = reference_point(
+        scn.model_dump(), [{"point_id": p.point_id, "values": p.values} for p in points]
+    )
+    plan = Plan(scn, target, shape, points, [], ref)
+    configs: dict[tuple[int, str], EngineConfig] = {}
+    for point in points:
+        context = f"point {point.point_id}: {point.label}" if scn.is_sweep else ""
+        bound = _lifetime_bound(point.scenario, shape)
+        for arm in scn.arms:
+            configs[point.point_id, arm] = engine_config(
+                point.scenario, arm, shape, bound, context
+            )
+        if target == "sim":
+            plan.costs[point.point_id] = _cost_model(point.scenario, shape, context)
+    for point in points:
+        for repeat in range(scn.repeats):
+            for arm in scn.arms:
+                plan.runs.append(
+                    RunSpec(arm, point.point_id, repeat, scn.seed + repeat,
+                            configs[point.point_id, arm])
+                )
+    return plan
+
+
+def execute(plan: Plan, *, progress: bool = True) -> list[RunResult]:
+    """Run every planned run in order; ValueErrors from a run become UserErrors."""
+    from loopserve.metrics import summarize
+    from sim.validity import check
+
+    by_id = {p.point_id: p for p in plan.points}
+    runner = _run_sim if plan.target == "sim" else _run_real
+    results = []
+    bar = tqdm(plan.runs, desc=f"{plan.scenario.name} [{plan.target}]", unit="run",
+               file=sys.stderr, disable=not progress, leave=False)
+    for spec in bar:
+        bar.set_postfix_str(f"{spec.arm} p{spec.point_id} r{spec.repeat}", refresh=False)
+        point = by_id[spec.point_id]
+        try:
+            records = runner(plan, point, spec)
+        except ValueError as err:
+            raise UserError.from_value_error(
+                err, "workload", f"arm {spec.arm}, point {spec.point_id}, repeat {spec.repeat}"
+            ) from None
+        reasons = check(records, spec.arm)
+        metrics = summarize(records, plan.shape.num_depths)
+        results.append(RunResult(spec, records, reasons, metrics))
+    bar.close()
+    return results
+
+
+# ---- sources, cost models and runners ------------------------------------------------------
+def build_source(scn: Scenario, seed: int, shape: ModelShape) -> ArrivalSource:
+    """The workload's arrival source for one run (fresh per run: sources keep state)."""
+    from loopserve.workloads import build_source as build
+
+    try:
+        return build(scn.workload, seed=seed, vocab_size=shape.vocab_size,
+                     exit_trace=scn.exit.trace)
+    except (ValueError, OSError) as err:
+        raise UserError.from_value_error(ValueError(str(err)), "workload") from None
+
+
+def _lifetime_bound(scn: Scenario, shape: ModelShape) -> int:
+    """Longest request lifetime of the point's workload; checks trace-mode exit traces."""
+    source = build_source(scn, scn.seed, shape)
+    all_specs = getattr(source, "all_specs", source.initial)  # StaticSource knows injections
+    specs = list(all_specs())
+    if scn.exit.mode == "trace" and any(s.params.exit_trace is None for s in specs):
+        raise UserError("exit.trace", "exit mode trace needs exit.trace: [D, d1, d2, ...] or a "
+                        "trace workload whose rows carry exit_depths")
+    lifetimes = (len(s.prompt_token_ids) + s.params.max_tokens - 1 for s in specs)
+    return lifetime_bound(scn.workload.model_dump(), lifetimes)
+
+
+def _cost_model(scn: Scenario, shape: ModelShape, context: str) -> Any:
+    from sim.cost import make_cost_model
+    from sim.shapes import MODEL_SHAPES
+
+    try:
+        return make_cost_model(
+            scn.cost.kind, shape, hardware=scn.hardware, core_call_s=scn.cost.core_call_s,
+            profile=scn.cost.profile,
+            model_name=scn.model if scn.model in MODEL_SHAPES else None,
+        )
+    except (ValueError, OSError) as err:
+        raise UserError.from_value_error(ValueError(str(err)), "cost", context) from None
+
+
+def _run_sim(plan: Plan, point: SweepPoint, spec: RunSpec) -> RunRecords:
+    from sim.driver import simulate
+    from sim.exit_model import make_signal_fn
+
+    scn = point.scenario
+    signal_fn = make_signal_fn(
+        spec.cfg.exit, plan.shape.num_depths, seed=spec.seed, mean_lambdas=scn.exit.lambdas
+    )
+    return simulate(
+        spec.cfg, build_source(scn, spec.seed, plan.shape), plan.costs[point.point_id],
+        signal_fn=signal_fn, seed=spec.seed, vocab_size=plan.shape.vocab_size,
+    )
+
+
+def _require_real_engine() -> None:
+    try:
+        import engine.llm  # noqa: F401
+    except ImportError as err:
+        raise UserError(
+            "--target", f"the real engine is not available ({err}); use --target sim"
+        ) from None
+
+
+def _run_real(plan: Plan, point: SweepPoint, spec: RunSpec) -> RunRecords:
+    from loopserve.realtime import run_real
+
+    return run_real(plan.scenario.model, plan.target, point.scenario, spec.cfg, spec.seed,
+                    build_source(point.scenario, spec.seed, plan.shape))

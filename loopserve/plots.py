@@ -1,0 +1,174 @@
+"""Report figures (matplotlib, Agg): ITL CDF, TTFT per arm and metrics against swept fields.
+
+Every figure takes one or more ``RunData``; with several runs each series is labelled
+``run: arm`` and runs differ by line style, arms by colour. The step timeline lives in
+``loopserve.timeline``.
+"""
+
+from __future__ import annotations
+
+import io
+from collections.abc import Sequence
+from typing import Any
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+import pandas as pd  # noqa: E402
+from matplotlib.figure import Figure  # noqa: E402
+
+from loopserve.rundata import RunData  # noqa: E402
+
+ARM_COLORS = {"atomic": "#c0392b", "per_depth": "#e69f00", "mixed": "#0072b2"}
+RUN_STYLES = ("-", "--", ":", "-.")
+# (summary key, sub-key or None, axis label, higher is better)
+SWEEP_METRICS = (
+    ("itl_ms", "p99", "ITL p99 (ms)", False),
+    ("ttft_ms", "p50", "TTFT p50 (ms)", False),
+    ("output_tok_s", None, "output tok/s", True),
+)
+
+
+def png_bytes(fig: Figure) -> bytes:
+    """Render and close a figure."""
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=110, bbox_inches="tight")
+    plt.close(fig)
+    return buf.getvalue()
+
+
+def arm_color(arm: str) -> str:
+    return ARM_COLORS.get(arm, "#555555")
+
+
+def itl_ms(tokens: pd.DataFrame, arm: str, point_id: int) -> np.ndarray:
+    """Every gap between consecutive tokens of a request, pooled over requests and repeats."""
+    df = tokens[(tokens["arm"] == arm) & (tokens["point_id"] == point_id)]
+    df = df.sort_values(["repeat", "request_id", "index"])
+    gaps = df.groupby(["repeat", "request_id"], sort=False)["time_s"].diff().dropna()
+    return gaps.to_numpy() * 1e3
+
+
+def ttft_ms(requests: pd.DataFrame, arm: str, point_id: int) -> tuple[np.ndarray, np.ndarray]:
+    """TTFT of every request with a first token, and a mask of the injected ones."""
+    df = requests[(requests["arm"] == arm) & (requests["point_id"] == point_id)]
+    df = df[df["first_token_s"].notna()]
+    ttft = (df["first_token_s"] - df["arrival_s"]).to_numpy(dtype=float) * 1e3
+    return ttft, df["injected"].astype(bool).to_numpy()
+
+
+def itl_cdf_figure(runs: Sequence[RunData], slo: dict[str, Any] | None) -> Figure:
+    """Empirical CDF of ITL per arm (log x) at each run's reference point."""
+    fig, ax = plt.subplots(figsize=(8, 4.5))
+    multi = len(runs) > 1
+    for i, run in enumerate(runs):
+        for arm in run.arms:
+            gaps = np.sort(itl_ms(run.tokens, arm, run.reference_point_id))
+            gaps = gaps[gaps > 0]
+            if not gaps.size:
+                continue
+            p50, p99 = np.percentile(gaps, [50, 99])
+            y = np.arange(1, gaps.size + 1) / gaps.size
+            ax.step(gaps, y, where="post", color=arm_color(arm),
+                    linestyle=RUN_STYLES[i % len(RUN_STYLES)], linewidth=1.6,
+                    label=f"{run.series_label(arm, multi)}  (p50 {p50:.3g}, p99 {p99:.3g} ms)")
+    ax.set_xscale("log")
+    ax.set_xlabel("inter-token latency (ms, log scale)")
+    ax.set_ylabel("fraction of gaps ≤ x")
+    ax.set_ylim(0, 1.01)
+    ax.axhline(0.99, color="#999999", linewidth=0.8, linestyle=":")
+    if slo and slo.get("itl_p99_ms"):
+        ax.axvline(slo["itl_p99_ms"], color="black", linestyle="--", linewidth=1,
+                   label=f"SLO ITL p99 {slo['itl_p99_ms']:g} ms")
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend(fontsize=8, loc="lower right")
+    ax.set_title("ITL CDF per arm (all repeats pooled)")
+    return fig
+
+
+def ttft_figure(runs: Sequence[RunData], slo: dict[str, Any] | None) -> Figure:
+    """TTFT per arm: a box over every request, points for each, injected prompts marked."""
+    multi = len(runs) > 1
+    series = [(run, arm) for run in runs for arm in run.arms]
+    fig, ax = plt.subplots(figsize=(max(6.0, 1.6 * len(series) + 2), 4.5))
+    rng = np.random.default_rng(0)  # jitter only; fixed so the PNG is reproducible
+    labels = []
+    for x, (run, arm) in enumerate(series):
+        ttft, injected = ttft_ms(run.requests, arm, run.reference_point_id)
+        labels.append(run.series_label(arm, multi))
+        if not ttft.size:
+            continue
+        ax.boxplot([ttft], positions=[x], widths=0.5, showfliers=False,
+                   medianprops={"color": arm_color(arm), "linewidth": 2})
+        jitter = rng.uniform(-0.18, 0.18, ttft.size)
+        ax.scatter(x + jitter[~injected], ttft[~injected], s=10, color=arm_color(arm),
+                   alpha=0.45, label="requests" if x == 0 else None)
+        ax.scatter(x + jitter[injected], ttft[injected], s=46, marker="D",
+                   facecolor="white", edgecolor="black", linewidth=1.2, zorder=3,
+                   label="injected prompts" if x == 0 else None)
+    ax.set_xticks(range(len(series)), labels, rotation=15 if multi else 0)
+    ax.set_yscale("log")
+    ax.set_ylabel("TTFT (ms, log scale)")
+    if slo and slo.get("ttft_p99_ms"):
+        ax.axhline(slo["ttft_p99_ms"], color="black", linestyle="--", linewidth=1,
+                   label=f"SLO TTFT p99 {slo['ttft_p99_ms']:g} ms")
+    ax.grid(True, axis="y", which="both", alpha=0.3)
+    ax.legend(fontsize=8)
+    ax.set_title("TTFT per arm (all repeats)")
+    return fig
+
+
+def swept_fields(run: RunData) -> list[str]:
+    """Fields that take more than one value across the run's points."""
+    fields: list[str] = []
+    for p in run.points:
+        for key in p["values"]:
+            if key not in fields:
+                fields.append(key)
+    return [f for f in fields if len({repr(p["values"].get(f)) for p in run.points}) > 1]
+
+
+def sweep_figure(runs: Sequence[RunData], field: str, slo: dict[str, Any] | None) -> Figure:
+    """ITL p99, TTFT p50 and output tok/s against one swept field, one line per arm.
+
+    The other swept fields stay at the reference point's values (a slice through it).
+    """
+    fig, axes = plt.subplots(1, len(SWEEP_METRICS), figsize=(13, 3.8))
+    multi = len(runs) > 1
+    categorical = False
+    for i, run in enumerate(runs):
+        ref = run.point_values(run.reference_point_id)
+        pts = [p for p in run.points
+               if field in p["values"]
+               and all(v == ref.get(k) for k, v in p["values"].items() if k != field)]
+        xs = [p["values"][field] for p in pts]
+        categorical |= not all(isinstance(x, (int, float)) and not isinstance(x, bool)
+                               for x in xs)
+        for arm in run.arms:
+            med = {m["point_id"]: m for m in run.summary["medians"] if m["arm"] == arm}
+            for ax, (key, sub, _label, _) in zip(axes, SWEEP_METRICS, strict=True):
+                ys = [_metric(med.get(p["point_id"]), key, sub) for p in pts]
+                xplot = [str(x) for x in xs] if categorical else xs
+                ax.plot(xplot, ys, marker="o", color=arm_color(arm),
+                        linestyle=RUN_STYLES[i % len(RUN_STYLES)],
+                        label=run.series_label(arm, multi))
+    for ax, (key, _sub, label, higher) in zip(axes, SWEEP_METRICS, strict=True):
+        ax.set_xlabel(field)
+        ax.set_title(f"{label} ({'higher' if higher else 'lower'} is better)", fontsize=10)
+        ax.grid(True, alpha=0.3)
+        if key == "itl_ms" and slo and slo.get("itl_p99_ms"):
+            ax.axhline(slo["itl_p99_ms"], color="black", linestyle="--", linewidth=1)
+    axes[0].legend(fontsize=8)
+    fig.tight_layout()
+    return fig
+
+
+def _metric(row: dict[str, Any] | None, key: str, sub: str | None) -> float:
+    if row is None:
+        return float("nan")
+    value = row.get(key)
+    if sub is not None:
+        value = value.get(sub) if isinstance(value, dict) else None
+    return float("nan") if value is None else float(value)

@@ -1,0 +1,194 @@
+"""Read a scenario file, apply ``--set`` overrides and validate it into a ``Scenario``.
+
+Every failure becomes a ``UserError`` naming the field, so the CLI can print one line and
+exit 2 before anything is written.
+"""
+
+from __future__ import annotations
+
+import difflib
+import types
+import typing
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import BaseModel, ValidationError
+
+from loopserve.errors import UserError
+from loopserve.schema.scenario import Scenario
+
+# Path-valued fields resolved against the scenario file's folder when not found from the cwd.
+_PATH_FIELDS = (("model",), ("cost", "profile"), ("workload", "path"))
+
+
+def read_yaml(path: str | Path) -> dict[str, Any]:
+    """The scenario file as a mapping; missing files and YAML syntax errors are UserErrors."""
+    p = Path(path)
+    if not p.is_file():
+        raise UserError("scenario", f"{p}: no such file")
+    try:
+        data = yaml.safe_load(p.read_text())
+    except yaml.YAMLError as err:
+        mark = getattr(err, "problem_mark", None)
+        where = f"{p}:{mark.line + 1}:{mark.column + 1}" if mark else str(p)
+        problem = getattr(err, "problem", None) or str(err)
+        raise UserError("scenario", f"{where}: YAML syntax error: {problem}") from None
+    if not isinstance(data, dict):
+        raise UserError("scenario", f"{p}: must be a YAML mapping (name: ..., arms: ...)")
+    return data
+
+
+def parse_set(item: str) -> tuple[str, Any]:
+    """``key=value`` with the value parsed as YAML (``4``, ``true``, ``[64, 128]``, ``null``)."""
+    key, sep, raw = item.partition("=")
+    key = key.strip()
+    if not sep or not key:
+        raise UserError("--set", f"{item!r}: expected key=value, e.g. workload.decode_population=4")
+    try:
+        value = yaml.safe_load(raw)
+    except yaml.YAMLError:
+        raise UserError(key, f"--set value {raw!r} is not valid YAML") from None
+    return key, value
+
+
+def set_path(data: dict[str, Any], dotted: str, value: Any) -> None:
+    """Set a dotted field in a raw scenario mapping, creating missing sections.
+
+    Keys of ``sweep`` and ``variants.<name>`` are dotted names themselves, so
+    ``sweep.scheduler.prefill_chunk_size`` sets the sweep entry ``scheduler.prefill_chunk_size``.
+    """
+    parts = dotted.split(".")
+    if any(not p for p in parts):
+        raise UserError(dotted, "bad field path; use dotted names like scheduler.max_num_seqs")
+    if parts[0] == "sweep" and len(parts) > 2:
+        parts = ["sweep", ".".join(parts[1:])]
+    elif parts[0] == "variants" and len(parts) > 3:
+        parts = ["variants", parts[1], ".".join(parts[2:])]
+    node = data
+    for i, key in enumerate(parts[:-1]):
+        child = node.get(key)
+        if child is None:
+            child = node[key] = {}
+        if not isinstance(child, dict):
+            where = ".".join(parts[: i + 1])
+            raise UserError(dotted, f"{where} is a {type(child).__name__}, not a section")
+        node = child
+    node[parts[-1]] = value
+
+
+def _resolve_paths(data: dict[str, Any], base: Path) -> None:
+    for path in _PATH_FIELDS:
+        node: Any = data
+        for key in path[:-1]:
+            node = node.get(key) if isinstance(node, dict) else None
+        if not isinstance(node, dict) or not isinstance(node.get(path[-1]), str):
+            continue
+        value = node[path[-1]]
+        if Path(value).is_absolute() or Path(value).exists():
+            continue
+        candidate = base / value
+        if candidate.exists():
+            node[path[-1]] = str(candidate.resolve())
+
+
+def validate(data: dict[str, Any]) -> Scenario:
+    """Validate a raw mapping; the first pydantic error becomes a one-line UserError."""
+    try:
+        return Scenario.model_validate(data)
+    except ValidationError as err:
+        raise _user_error(err, data) from None
+
+
+def load_scenario(path: str | Path, sets: Sequence[str] = ()) -> Scenario:
+    """Read, override (``--set``, applied before validation) and validate a scenario file."""
+    data = read_yaml(path)
+    for item in sets:
+        key, value = parse_set(item)
+        set_path(data, key, value)
+    _resolve_paths(data, Path(path).resolve().parent)
+    return validate(data)
+
+
+# ---- error rendering ---------------------------------------------------------------------
+def _user_error(err: ValidationError, data: dict[str, Any]) -> UserError:
+    e = err.errors(include_url=False)[0]
+    loc = _input_path(e["loc"], data)
+    msg = str(e["msg"])
+    kind = e["type"]
+    if kind == "extra_forbidden":
+        allowed = _allowed_keys(loc[:-1], data)
+        hint = difflib.get_close_matches(str(loc[-1]), allowed, n=1)
+        msg = "unknown key" + (f"; did you mean {hint[0]!r}?" if hint else "")
+        if allowed:
+            msg += f" (allowed: {', '.join(allowed)})"
+    elif kind == "missing":
+        msg = "required field is missing"
+    elif msg.startswith("Value error, "):
+        msg = msg[len("Value error, ") :]
+        head, sep, rest = msg.partition(": ")
+        if sep and head.replace(".", "").replace("_", "").isalnum() and " " not in head:
+            loc, msg = loc + head.split("."), rest
+    elif "input" in e and kind not in ("union_tag_invalid",):
+        msg = f"{msg}, got {e['input']!r}"
+    field = ".".join(str(p) for p in loc) or "scenario"
+    return UserError(field, msg)
+
+
+def _input_path(loc: tuple[Any, ...], data: Any) -> list[Any]:
+    """Drop pydantic's union-member tags from ``loc``, keeping only real input keys."""
+    out: list[Any] = []
+    node = data
+    for part in loc:
+        if isinstance(node, dict) and part in node:
+            out.append(part)
+            node = node[part]
+        elif isinstance(node, list) and isinstance(part, int) and part < len(node):
+            out.append(part)
+            node = node[part]
+        elif not isinstance(node, (dict, list)) or isinstance(part, int):
+            continue
+        elif isinstance(node, dict) and part not in node and part == loc[-1]:
+            out.append(part)  # the missing or unknown key itself
+    return out
+
+
+def _allowed_keys(loc: list[Any], data: dict[str, Any]) -> list[str]:
+    """Field names of the model at ``loc`` (best effort; [] when not a model)."""
+    model: Any = Scenario
+    node: Any = data
+    skip_key = False
+    for part in loc:
+        node = node.get(part) if isinstance(node, dict) else None
+        if skip_key:
+            skip_key = False
+            continue
+        if not (isinstance(model, type) and issubclass(model, BaseModel)):
+            return []
+        field = model.model_fields.get(str(part))
+        if field is None:
+            return []
+        model = _pick_model(field.annotation, node)
+        if typing.get_origin(model) is dict:
+            model, skip_key = typing.get_args(model)[1], True
+    if isinstance(model, type) and issubclass(model, BaseModel):
+        return list(model.model_fields)
+    return []
+
+
+def _pick_model(annotation: Any, node: Any) -> Any:
+    """Unwrap Optional/Annotated/discriminated unions to the member the input selects."""
+    origin = typing.get_origin(annotation)
+    if origin is typing.Annotated:
+        return _pick_model(typing.get_args(annotation)[0], node)
+    if origin in (typing.Union, types.UnionType):
+        members = [a for a in typing.get_args(annotation) if a is not type(None)]
+        kind = node.get("kind") if isinstance(node, dict) else None
+        for m in members:
+            m = _pick_model(m, node)
+            if isinstance(m, type) and issubclass(m, BaseModel) and "kind" in m.model_fields:
+                if kind in typing.get_args(m.model_fields["kind"].annotation):
+                    return m
+        return members[0] if len(members) == 1 else None
+    return annotation

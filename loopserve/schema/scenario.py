@@ -1,0 +1,223 @@
+"""The scenario schema (DESIGN.md §10): strict pydantic models, unknown keys rejected.
+
+The scheduler section mirrors ``engine.core.SchedulerConfig`` (every field except ``arm``,
+which comes from ``arms``), generated from the dataclass so the two never drift apart. The
+core's own checks (the mixed guard, rejections) run later, when a scenario is turned into an
+``EngineConfig`` per arm and sweep point (``loopserve.schema.build``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import typing
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, create_model, field_validator, model_validator
+
+from engine.core.config import ExitMode, SchedulerConfig, resolve_arm
+from loopserve.workloads import WorkloadSpec
+
+Scalar = bool | int | float | str
+SIGNAL_EXIT_MODES = ("ouro", "ouro_delayed", "random_lookahead")
+# Fields a sweep or variant may not vary: they define the run itself.
+UNSWEEPABLE = ("name", "arms", "repeats", "sweep", "variants", "model")
+
+
+class StrictModel(BaseModel):
+    """Base: unknown keys and wrong types are errors (YAML ints still fill float fields)."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+
+def _scheduler_fields(optional: bool) -> dict[str, Any]:
+    hints = typing.get_type_hints(SchedulerConfig)
+    out: dict[str, Any] = {}
+    for f in dataclasses.fields(SchedulerConfig):
+        if not f.init or f.name == "arm":
+            continue
+        out[f.name] = (hints[f.name] | None, None) if optional else (hints[f.name], f.default)
+    return out
+
+
+SchedulerSpec = create_model(  # type: ignore[call-overload]
+    "SchedulerSpec",
+    __base__=StrictModel,
+    __doc__="SchedulerConfig fields shared by all arms (defaults are the core's).",
+    **_scheduler_fields(optional=False),
+)
+SchedulerOverride = create_model(  # type: ignore[call-overload]
+    "SchedulerOverride",
+    __base__=StrictModel,
+    __doc__="Per-arm scheduler values that replace the shared ones.",
+    **_scheduler_fields(optional=True),
+)
+
+
+class CostSpec(StrictModel):
+    """The simulator's cost model: roofline (default), constant per core call, or calibrated."""
+
+    kind: Literal["roofline", "constant", "calibrated"] = "roofline"
+    core_call_s: float | None = Field(default=None, gt=0)
+    profile: str | None = None
+
+    @model_validator(mode="after")
+    def _needs(self) -> CostSpec:
+        if self.kind == "constant" and self.core_call_s is None:
+            raise ValueError("core_call_s: constant cost needs core_call_s (e.g. 0.001)")
+        if self.kind == "calibrated" and not self.profile:
+            raise ValueError("profile: calibrated cost needs profile: path/to/profile.json")
+        if self.kind != "constant" and self.core_call_s is not None:
+            raise ValueError(f"core_call_s: only for kind constant, not {self.kind}")
+        if self.kind != "calibrated" and self.profile is not None:
+            raise ValueError(f"profile: only for kind calibrated, not {self.kind}")
+        return self
+
+
+class CacheSpec(StrictModel):
+    """KV cache geometry; ``num_blocks: null`` sizes it for max_num_seqs lifetimes."""
+
+    num_blocks: int | None = Field(default=None, ge=1)
+    block_size: int = Field(default=16, ge=1)
+    layout: Literal["last_exited", "shared"] = "last_exited"
+    incremental_allocation: bool = False
+
+
+class ExitSpec(StrictModel):
+    """Default exit config for every request (DESIGN.md §5).
+
+    ``lambdas`` (simulator only): mean gate value λ per depth for the synthetic signal streams
+    of the signal-driven modes (ouro, ouro_delayed, random_lookahead). ``trace`` (mode trace):
+    a run-wide exit-depth pattern, first entry D, the rest repeated over each request's
+    tokens; requests of a trace file with their own ``exit_depths`` keep theirs.
+    """
+
+    mode: ExitMode = "fixed"
+    exit_threshold: float = Field(default=1.0, ge=0.0)
+    min_loops: int = Field(default=1, ge=1)
+    max_loops: int | None = Field(default=None, ge=1)
+    probs: list[float] | None = None
+    lambdas: list[float] | None = None
+    trace: list[int] | None = None
+    seed: int | None = None
+
+    @field_validator("lambdas")
+    @classmethod
+    def _unit_interval(cls, v: list[float] | None) -> list[float] | None:
+        if v is not None and (not v or any(not 0.0 < x < 1.0 for x in v)):
+            raise ValueError(f"each mean λ must lie strictly between 0 and 1, got {v}")
+        return v
+
+    @model_validator(mode="after")
+    def _mode_fits(self) -> ExitSpec:
+        if self.lambdas is not None and self.mode not in SIGNAL_EXIT_MODES:
+            raise ValueError(
+                f"lambdas: only for the signal modes {'|'.join(SIGNAL_EXIT_MODES)}, "
+                f"not {self.mode}; remove lambdas"
+            )
+        if self.trace is not None and self.mode != "trace":
+            raise ValueError(f"trace: only for mode trace, not {self.mode}; remove trace")
+        if self.probs is not None and self.mode != "categorical":
+            raise ValueError(f"probs: only for mode categorical, not {self.mode}; remove probs")
+        return self
+
+
+class SloSpec(StrictModel):
+    """Latency objectives drawn as lines in plots and checked in the report."""
+
+    itl_p99_ms: float | None = Field(default=None, gt=0)
+    ttft_p99_ms: float | None = Field(default=None, gt=0)
+
+
+class Scenario(StrictModel):
+    """One scenario file. ``arms`` are canonical names after validation."""
+
+    name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.\-]*$", max_length=80)
+    model: str = "ouro-1.4b"
+    hardware: str = "h200"
+    cost: CostSpec = Field(default_factory=CostSpec)
+    seed: int = Field(default=0, ge=0)
+    repeats: int = Field(default=1, ge=1)
+    arms: list[str]
+    scheduler: SchedulerSpec = Field(default_factory=SchedulerSpec)  # type: ignore[valid-type]
+    arm_overrides: dict[str, SchedulerOverride] = Field(default_factory=dict)  # type: ignore[valid-type]
+    cache: CacheSpec = Field(default_factory=CacheSpec)
+    exit: ExitSpec = Field(default_factory=ExitSpec)
+    workload: WorkloadSpec
+    sweep: dict[str, list[Scalar]] | None = None
+    variants: dict[str, dict[str, Scalar]] | None = None
+    slo: SloSpec | None = None
+
+    @field_validator("arms")
+    @classmethod
+    def _arms(cls, v: list[str]) -> list[str]:
+        if not v:
+            raise ValueError("empty; list at least one of atomic|per_depth|mixed (A0|A1|A2)")
+        arms = [_arm(name) for name in v]
+        dup = sorted({a for a in arms if arms.count(a) > 1})
+        if dup:
+            raise ValueError(f"{', '.join(dup)} listed twice; list each arm once")
+        return arms
+
+    @field_validator("arm_overrides")
+    @classmethod
+    def _override_arms(cls, v: dict[str, Any]) -> dict[str, Any]:
+        out = {}
+        for name, override in v.items():
+            out[_arm(name)] = override
+        return out
+
+    @field_validator("model")
+    @classmethod
+    def _model(cls, v: str) -> str:
+        from sim.shapes import MODEL_SHAPES
+
+        if v in MODEL_SHAPES or (Path(v) / "config.json").is_file():
+            return v
+        raise ValueError(
+            f"unknown preset {v!r}; use one of {'|'.join(MODEL_SHAPES)} or a checkpoint "
+            "directory holding config.json"
+        )
+
+    @field_validator("sweep", "variants")
+    @classmethod
+    def _dotted_keys(cls, v: dict[str, Any] | None, info: Any) -> dict[str, Any] | None:
+        if v is None:
+            return v
+        if not v:
+            raise ValueError("empty; give at least one entry or remove the section")
+        fields = v.values() if info.field_name == "variants" else [v]
+        for group in fields:
+            for key, values in group.items():
+                if key.split(".")[0] in UNSWEEPABLE:
+                    raise ValueError(f"{key}: cannot be swept; vary scheduler/cache/exit/workload")
+                if isinstance(values, list) and not values:
+                    raise ValueError(f"{key}: empty list; give at least one value")
+        return v
+
+    @model_validator(mode="after")
+    def _overrides_listed(self) -> Scenario:
+        for arm in self.arm_overrides:
+            if arm not in self.arms:
+                raise ValueError(f"arm_overrides.{arm}: arm not in arms {self.arms}; remove it")
+        if self.sweep and self.variants:
+            for name, values in self.variants.items():
+                both = sorted(set(values) & set(self.sweep))
+                if both:
+                    raise ValueError(
+                        f"variants.{name}.{both[0]}: also swept; vary it in one place only"
+                    )
+        return self
+
+    @property
+    def is_sweep(self) -> bool:
+        return bool(self.sweep) or bool(self.variants)
+
+
+def _arm(name: str) -> str:
+    try:
+        return resolve_arm(name)
+    except ValueError:
+        raise ValueError(
+            f"unknown arm {name!r}; use atomic|per_depth|mixed (aliases A0|A1|A2)"
+        ) from None
