@@ -26,6 +26,21 @@ SIGNAL_MODES: frozenset[str] = frozenset({"ouro", "ouro_delayed", "random_lookah
 _EPS = 1e-12
 
 
+def _logit(p: float) -> float:
+    if p <= 0.0:
+        return -math.inf
+    if p >= 1.0:
+        return math.inf
+    return math.log(p / (1.0 - p))
+
+
+def _sigmoid(x: float) -> float:
+    if x >= 0:
+        return 1.0 / (1.0 + math.exp(-x))
+    e = math.exp(x)
+    return e / (1.0 + e)
+
+
 def default_mean_lambdas(num_depths: int) -> tuple[float, ...]:
     """DEFAULT_MEAN_LAMBDAS for D = 4; otherwise evenly spaced from 0.15 to 0.6."""
     if num_depths == len(DEFAULT_MEAN_LAMBDAS):
@@ -36,15 +51,17 @@ def default_mean_lambdas(num_depths: int) -> tuple[float, ...]:
 
 
 def lambda_signal_fn(seed: int, mean_lambdas: Sequence[float], sigma: float = 0.5) -> SignalFn:
-    """A deterministic λ stream: logit-normal around ``mean_lambdas[depth]``."""
+    """A deterministic λ stream: logit-normal around ``mean_lambdas[depth]`` (clamped
+    to the last entry for deeper depths)."""
     if not mean_lambdas:
         raise ValueError("exit.mean_lambdas: needs one mean per depth")
     for m in mean_lambdas:
-        if not 0.0 < m < 1.0:
-            raise ValueError(f"exit.mean_lambdas: each mean must be in (0, 1), got {m!r}")
+        if not 0.0 <= m <= 1.0:
+            raise ValueError(f"exit.mean_lambdas: each mean must be in [0, 1], got {m!r}")
     if sigma < 0:
         raise ValueError(f"exit.lambda_sigma: must be >= 0, got {sigma!r}")
-    logits = tuple(math.log(m / (1.0 - m)) for m in mean_lambdas)
+    # A mean of exactly 0 or 1 gives that constant λ (an infinite logit).
+    logits = tuple(_logit(m) for m in mean_lambdas)
     last = len(logits) - 1
     inv_cdf = NormalDist().inv_cdf
 
@@ -52,7 +69,7 @@ def lambda_signal_fn(seed: int, mean_lambdas: Sequence[float], sigma: float = 0.
         u = (stable_seed(seed, "lambda", request_id, position, depth) >> 11) / float(1 << 53)
         z = inv_cdf(min(max(u, _EPS), 1.0 - _EPS))
         x = logits[depth if depth < last else last] + sigma * z
-        return 1.0 / (1.0 + math.exp(-x))
+        return _sigmoid(x)
 
     return signal
 
