@@ -33,7 +33,8 @@ PRESETS: dict[str, OuroConfig] = {
         rope_theta=10_000.0,
         max_position_embeddings=8192,
     ),
-    # Unit tests: GQA (4 query heads over 2 KV heads) and a tiny vocabulary.
+    # Unit tests: GQA (4 query heads over 2 KV heads), a tiny vocabulary, and a large init so
+    # random-weight tokens depend on the context instead of repeating the input embedding.
     "tiny": OuroConfig(
         vocab_size=64,
         hidden_size=32,
@@ -44,6 +45,7 @@ PRESETS: dict[str, OuroConfig] = {
         intermediate_size=64,
         rope_theta=10_000.0,
         max_position_embeddings=1024,
+        initializer_range=0.3,
     ),
 }
 

@@ -1,0 +1,330 @@
+"""The LLM facade (offline generate / stream) and the real-time driver (DESIGN.md §7).
+
+``run_realtime`` is the wall-clock twin of ``sim.driver.simulate``: the same EngineCore, the
+same arrival handling and the same records, with a ModelRunner executing each batch.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from engine.core.batch import Batch
+from engine.core.config import CacheConfig, EngineConfig, ExitConfig, SchedulerConfig
+from engine.core.engine_core import EngineCore
+from engine.core.records import ArrivalSource, ArrivalSpec, RunRecorder, RunRecords
+from engine.core.request import SamplingParams
+from engine.core.results import StepResult, TokenEvent
+from engine.model.build import build_model, default_dtype
+from engine.model.ouro import OuroForCausalLM
+from engine.runner import ModelRunner
+
+_SCHED_FIELDS = {f.name for f in dataclasses.fields(SchedulerConfig) if f.init}
+_CACHE_FIELDS = {f.name for f in dataclasses.fields(CacheConfig) if f.init}
+_DEFAULT_PARAMS = SamplingParams()
+
+
+@dataclass(frozen=True, slots=True)
+class RequestOutput:
+    """A finished request as ``LLM.generate`` returns it."""
+
+    request_id: str
+    prompt_token_ids: list[int]
+    output_token_ids: list[int]
+    exit_depths: list[int]
+    finish_reason: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class HostTiming:
+    """Host time of one step: scheduling, and batch preparation inside the runner."""
+
+    step: int
+    core_calls: int
+    schedule_s: float
+    prepare_s: float
+
+
+def make_engine_config(
+    model: OuroForCausalLM, *, arm: str = "mixed", exit: ExitConfig | None = None, **kwargs: Any
+) -> EngineConfig:
+    """An EngineConfig for ``model``; kwargs are SchedulerConfig or CacheConfig fields."""
+    unknown = set(kwargs) - _SCHED_FIELDS - _CACHE_FIELDS
+    if unknown:
+        raise ValueError(f"{sorted(unknown)[0]}: unknown engine option")
+    sched = {k: v for k, v in kwargs.items() if k in _SCHED_FIELDS}
+    cache = {k: v for k, v in kwargs.items() if k in _CACHE_FIELDS}
+    return EngineConfig(
+        model=model.config.to_shape(),
+        scheduler=SchedulerConfig(arm=arm, **sched),
+        cache=CacheConfig(**cache),
+        exit=exit or ExitConfig(),
+    )
+
+
+def build_runner(
+    model_name_or_dir: str | OuroForCausalLM,
+    engine_cfg_or_core: EngineConfig | EngineCore,
+    device: torch.device | str = "cpu",
+    dtype: torch.dtype | None = None,
+    seed: int = 0,
+    attention_backend: str = "torch",
+) -> ModelRunner:
+    """A ModelRunner for a preset, a checkpoint directory or a built model; bound to the core
+    when one is given (``run_realtime`` binds a fresh core itself)."""
+    dtype = dtype or default_dtype(device)
+    if isinstance(model_name_or_dir, OuroForCausalLM):
+        model = model_name_or_dir
+    else:
+        model = build_model(model_name_or_dir, seed=seed, device=device, dtype=dtype)
+    core = engine_cfg_or_core if isinstance(engine_cfg_or_core, EngineCore) else None
+    cfg = core.cfg if core is not None else engine_cfg_or_core
+    assert isinstance(cfg, EngineConfig)
+    runner = ModelRunner(model, cfg, None, device, dtype, attention_backend, seed=seed)
+    if core is not None:
+        runner.bind(core)
+    return runner
+
+
+def _execute(core: EngineCore, runner: ModelRunner, batch: Batch) -> StepResult | None:
+    """Run a batch; on an exception its requests fail (``core.fail``) and None is returned."""
+    try:
+        return runner.execute(batch)
+    except Exception as exc:  # noqa: BLE001 - any executor failure fails the batch, not the run
+        core.fail(batch, f"{type(exc).__name__}: {exc}")
+        return None
+
+
+class LLM:
+    """Offline generation on the real engine: one EngineCore driven by one ModelRunner.
+
+    ``model`` is a preset name, a checkpoint directory or a built ``OuroForCausalLM``;
+    remaining keyword arguments are SchedulerConfig / CacheConfig fields.
+    """
+
+    def __init__(
+        self,
+        model: str | OuroForCausalLM = "tiny",
+        *,
+        arm: str = "mixed",
+        device: torch.device | str = "cpu",
+        dtype: torch.dtype | None = None,
+        seed: int = 0,
+        exit: ExitConfig | None = None,
+        attention_backend: str = "torch",
+        **engine_kwargs: Any,
+    ) -> None:
+        dtype = dtype or default_dtype(device)
+        if not isinstance(model, OuroForCausalLM):
+            model = build_model(model, seed=seed, device=device, dtype=dtype)
+        self.cfg = make_engine_config(model, arm=arm, exit=exit, **engine_kwargs)
+        self.core = EngineCore(self.cfg)
+        self.runner = build_runner(model, self.core, device, dtype, seed, attention_backend)
+        self._ids = itertools.count()
+        self._t0 = time.perf_counter()
+
+    def _now(self) -> float:
+        return time.perf_counter() - self._t0
+
+    def add_request(
+        self, prompt_token_ids: Sequence[int], params: SamplingParams | None = None,
+        request_id: str | None = None,
+    ) -> str:
+        rid = request_id if request_id is not None else str(next(self._ids))
+        self.core.add_request(rid, list(prompt_token_ids), params or SamplingParams(), self._now())
+        return rid
+
+    def abort(self, request_id: str) -> bool:
+        return self.core.abort(request_id)
+
+    def step(self) -> list[TokenEvent]:
+        """Schedule, execute and apply one batch; [] when it failed or made no tokens."""
+        batch = self.core.schedule(self._now())
+        if batch is None:
+            if self.core.has_work():
+                raise RuntimeError(
+                    f"engine stalled: {self.core.num_waiting} waiting and "
+                    f"{self.core.num_running} running requests but nothing to schedule"
+                )
+            return []
+        result = _execute(self.core, self.runner, batch)
+        if result is None:
+            return []
+        return self.core.apply(batch, result, self._now())
+
+    def drain(self) -> None:
+        """Hand the runner what finished requests left behind (call when idle)."""
+        self.runner.release(self.core.take_housekeeping())
+
+    def _submit(
+        self, prompts: Sequence[Sequence[int]], params: SamplingParams | Sequence[SamplingParams]
+    ) -> list[str]:
+        plist = [params] * len(prompts) if isinstance(params, SamplingParams) else list(params)
+        if len(plist) != len(prompts):
+            raise ValueError(f"params: {len(plist)} sampling params for {len(prompts)} prompts")
+        return [self.add_request(p, sp) for p, sp in zip(prompts, plist, strict=True)]
+
+    def stream(
+        self,
+        prompts: Sequence[Sequence[int]],
+        params: SamplingParams | Sequence[SamplingParams] = _DEFAULT_PARAMS,
+    ) -> Iterator[TokenEvent]:
+        """Token events of ``prompts`` as they are produced (other requests' events too)."""
+        self._submit(prompts, params)
+        while self.core.has_work():
+            yield from self.step()
+        self.drain()
+
+    def generate(
+        self,
+        prompts: Sequence[Sequence[int]],
+        params: SamplingParams | Sequence[SamplingParams] = _DEFAULT_PARAMS,
+    ) -> list[RequestOutput]:
+        """Run ``prompts`` (token ids) to completion; outputs in prompt order."""
+        ids = self._submit(prompts, params)
+        done: dict[str, RequestOutput] = {}
+        while self.core.has_work():
+            self.step()
+            for req in self.core.pop_finished():
+                done[req.request_id] = RequestOutput(
+                    req.request_id, list(req.prompt_token_ids), list(req.output_token_ids),
+                    list(req.exit_depths), req.finish_reason,
+                )
+        for req in self.core.pop_finished():
+            done[req.request_id] = RequestOutput(
+                req.request_id, list(req.prompt_token_ids), list(req.output_token_ids),
+                list(req.exit_depths), req.finish_reason,
+            )
+        self.drain()
+        return [done[i] for i in ids]
+
+
+def injection_problem(core: EngineCore, spec: ArrivalSpec, now_s: float) -> str | None:
+    """Why an injected request submitted now makes the run invalid (docs/contracts.md)."""
+    max_num_seqs = core.cfg.scheduler.max_num_seqs
+    if core.num_running >= max_num_seqs:
+        return (
+            f"injected request {spec.request_id} found no free slot at t={now_s:.6f}s "
+            f"(num_running {core.num_running} == max_num_seqs {max_num_seqs})"
+        )
+    need = core.kv.blocks_for(len(spec.prompt_token_ids) + spec.params.max_tokens - 1)
+    free = core.kv.num_free_blocks
+    if need > free:
+        return (
+            f"injected request {spec.request_id} found no KV capacity at t={now_s:.6f}s "
+            f"(needs {need} blocks, {free} free)"
+        )
+    return None
+
+
+class _RealtimeRun:
+    def __init__(
+        self, cfg: EngineConfig, source: ArrivalSource, runner: ModelRunner, record_batches: bool,
+        host_timings: list[HostTiming] | None,
+    ) -> None:
+        self.core = EngineCore(cfg)
+        runner.bind(self.core)
+        self.runner = runner
+        self.source = source
+        self.recorder = RunRecorder(record_batches)
+        self.host_timings = host_timings
+        timed = list(source.initial())
+        for spec in timed:
+            if spec.arrival_s is None or not spec.arrival_s >= 0.0:
+                raise ValueError(
+                    f"workload: request {spec.request_id} has arrival_s {spec.arrival_s!r}; "
+                    "timed arrivals need a time >= 0"
+                )
+        timed.sort(key=lambda s: s.arrival_s)  # type: ignore[arg-type, return-value]
+        self.timed = timed
+        self.next_arrival = 0
+        self.t0 = time.perf_counter()
+
+    def now(self) -> float:
+        return time.perf_counter() - self.t0
+
+    def submit(self, spec: ArrivalSpec, arrival_s: float) -> None:
+        if spec.injected:
+            problem = injection_problem(self.core, spec, arrival_s)
+            if problem is not None:
+                self.recorder.records.invalid_reasons.append(problem)
+        self.recorder.submitted(spec)
+        self.core.add_request(
+            spec.request_id, spec.prompt_token_ids, spec.params, arrival_s, spec.priority
+        )
+
+    def submit_due(self, now_s: float) -> None:
+        timed = self.timed
+        while self.next_arrival < len(timed) and timed[self.next_arrival].arrival_s <= now_s:  # type: ignore[operator]
+            spec = timed[self.next_arrival]
+            self.next_arrival += 1
+            self.submit(spec, spec.arrival_s)  # type: ignore[arg-type]
+
+    def wait_for_arrival(self) -> None:
+        """Sleep, then spin, until the next timed arrival is due."""
+        due = self.timed[self.next_arrival].arrival_s
+        assert due is not None
+        while (left := due - self.now()) > 0:
+            if left > 0.002:
+                time.sleep(left - 0.001)
+
+    def run(self) -> RunRecords:
+        core, runner, recorder, source = self.core, self.runner, self.recorder, self.source
+        while True:
+            self.submit_due(self.now())
+            if not core.has_work():
+                if self.next_arrival >= len(self.timed):
+                    break
+                self.wait_for_arrival()
+                continue
+            t_sched = self.now()
+            batch = core.schedule(t_sched)
+            schedule_s = self.now() - t_sched
+            if batch is None:
+                if self.next_arrival >= len(self.timed):
+                    raise RuntimeError(
+                        f"at t={t_sched:.6f}s the core holds {core.num_waiting} waiting and "
+                        f"{core.num_running} running requests but schedules nothing, and no "
+                        "arrival is pending"
+                    )
+                self.wait_for_arrival()
+                continue
+            start = self.now()
+            result = _execute(core, runner, batch)
+            end = self.now()
+            events = core.apply(batch, result, end) if result is not None else []
+            if self.host_timings is not None:
+                self.host_timings.append(
+                    HostTiming(batch.step_id, batch.core_calls, schedule_s, runner.last_prepare_s)
+                )
+            for event in events:
+                for spec in source.on_token(event):
+                    self.submit(spec, event.time_s)
+            recorder.step(batch, start, end, events)
+            finished = core.pop_finished()
+            if finished:
+                recorder.finished(finished)
+        runner.release(core.take_housekeeping())
+        recorder.records.wall_s = self.now()
+        return recorder.records
+
+
+def run_realtime(
+    cfg: EngineConfig,
+    source: ArrivalSource,
+    runner: ModelRunner,
+    *,
+    record_batches: bool = False,
+    host_timings: list[HostTiming] | None = None,
+) -> RunRecords:
+    """Replay ``source`` on wall-clock time through a fresh ``EngineCore(cfg)`` executed by
+    ``runner``; times are seconds from the start. A batch that raises fails its requests
+    (``core.fail``) and the run goes on. ``host_timings``, when given, receives one
+    ``HostTiming`` per step."""
+    return _RealtimeRun(cfg, source, runner, record_batches, host_timings).run()

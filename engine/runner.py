@@ -1,0 +1,322 @@
+"""ModelRunner: executes the core's batches with torch on CPU or CUDA (DESIGN.md §7-§8).
+
+One ``_prepare_batch`` builds every row's metadata (position, depth plane, block table,
+context length, write slot) for a core call; a RECURRENT call packs decode rows (first) and
+prompt rows, a PREFILL step chains its core calls through the depths. Hidden state lives in
+two runner-owned pools: prompt items' [chunk, hidden] slots behind the core's handles, and each
+running request's one-row decode state.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+
+from engine.core.batch import Batch, Housekeeping, ItemKind, ScheduledItem
+from engine.core.block_manager import BlockManager, KVIntegrityError
+from engine.core.config import EngineConfig, ExitConfig
+from engine.core.engine_core import EngineCore
+from engine.core.request import SamplingParams, Stage
+from engine.core.results import CodaResult, RecurrentResult, StepResult
+from engine.kv_cache import KVCache
+from engine.model.build import default_dtype
+from engine.model.lookahead import LookaheadHead
+from engine.model.ouro import OuroForCausalLM
+from engine.prompt_pool import DecodeStatePool, PromptStatePool
+from engine.sampling import sample
+from kernels.attention import AttentionMetadata, get_backend
+
+CallPairs = list[tuple[ScheduledItem, int]]
+ParamsFn = Callable[[str, int], SamplingParams | None]
+HiddenHook = Callable[[ScheduledItem, int, torch.Tensor], None]
+
+
+@dataclass(slots=True)
+class PreparedCall:
+    """One core call's inputs: row positions, attention metadata, each pair's row range."""
+
+    positions: torch.Tensor
+    meta: AttentionMetadata
+    row_ranges: list[tuple[int, int]]
+
+
+class ModelRunner:
+    """Runs batches of one ``EngineCore`` on a device.
+
+    ``bind(core)`` attaches the core whose block tables and sampling params the runner
+    reads (the drivers call it; a runner can serve one core after another). Set
+    ``fail_on_step`` to a step id to make that batch raise (tests); ``hidden_hook`` sees every
+    item's output rows after each depth.
+    """
+
+    def __init__(
+        self,
+        model: OuroForCausalLM,
+        engine_cfg: EngineConfig,
+        kv_block_manager: BlockManager | None = None,
+        device: torch.device | str = "cpu",
+        dtype: torch.dtype | None = None,
+        attention_backend: str = "torch",
+        *,
+        seed: int = 0,
+    ) -> None:
+        shape = model.config.to_shape()
+        if shape != engine_cfg.model:
+            raise ValueError(f"model: runner model shape {shape} differs from config {engine_cfg.model}")
+        self.model = model
+        self.device = torch.device(device)
+        self.dtype = dtype or default_dtype(self.device)
+        self.backend = get_backend(attention_backend)
+        self.seed = seed
+        self.num_depths = shape.num_depths
+        self.kv = kv_block_manager
+        self.params_fn: ParamsFn | None = None
+        self.fail_on_step: int | None = None
+        self.hidden_hook: HiddenHook | None = None
+        self.last_prepare_s = 0.0  # host time in _prepare_batch during the last execute
+        self._lookahead: dict[int, LookaheadHead] = {}
+        self.cfg = engine_cfg
+        self._allocate(engine_cfg)
+
+    # ---- lifecycle -----------------------------------------------------------------------
+    def _allocate(self, cfg: EngineConfig) -> None:
+        shape, cache, sched = cfg.model, cfg.cache, cfg.scheduler
+        self.kv_cache = KVCache(shape, cache.num_blocks, cache.block_size, self.device, self.dtype)
+        self.prompt_pool = PromptStatePool(
+            sched.max_num_seqs, sched.effective_chunk_size, shape.hidden_size, self.device,
+            self.dtype,
+        )
+        self.decode_states = DecodeStatePool(
+            sched.max_num_seqs, shape.hidden_size, self.device, self.dtype
+        )
+
+    def bind(self, core: EngineCore) -> None:
+        """Serve ``core`` from now on: its block manager and request params; fresh pools."""
+        if core.cfg.model != self.cfg.model:
+            raise ValueError("model: the core's model shape differs from the runner's model")
+        old, self.cfg = self.cfg, core.cfg
+        same_kv = old.cache.num_blocks == core.cfg.cache.num_blocks and (
+            old.cache.block_size == core.cfg.cache.block_size
+        )
+        if same_kv:
+            self.prompt_pool = PromptStatePool(
+                self.cfg.scheduler.max_num_seqs, self.cfg.scheduler.effective_chunk_size,
+                self.cfg.model.hidden_size, self.device, self.dtype,
+            )
+            self.decode_states = DecodeStatePool(
+                self.cfg.scheduler.max_num_seqs, self.cfg.model.hidden_size, self.device,
+                self.dtype,
+            )
+        else:
+            self._allocate(self.cfg)
+        self.kv = core.kv
+        requests = core.requests
+
+        def params(request_id: str, generation: int) -> SamplingParams | None:
+            req = requests.get(request_id)
+            return req.params if req is not None and req.generation == generation else None
+
+        self.params_fn = params
+
+    def release(self, housekeeping: Housekeeping) -> None:
+        """Apply finalize copies, then free released prompt states and request states."""
+        if housekeeping.finalize:
+            self.kv_cache.finalize(housekeeping.finalize, self._block_manager())
+        for handle in housekeeping.released_handles:
+            self.prompt_pool.release(handle)
+        for key in housekeeping.released_requests:
+            self.decode_states.release(key)
+
+    # ---- execute -------------------------------------------------------------------------
+    @torch.inference_mode()
+    def execute(self, batch: Batch) -> StepResult:
+        """Run ``batch`` (housekeeping first) and return the result its stage calls for."""
+        self.release(batch.housekeeping)
+        self.last_prepare_s = 0.0
+        if self.fail_on_step is not None and batch.step_id == self.fail_on_step:
+            raise RuntimeError(f"injected failure at step {batch.step_id}")
+        if batch.stage is Stage.PRELUDE:
+            self._prelude(batch)
+            return StepResult(batch.step_id)
+        if batch.stage is Stage.CODA:
+            return CodaResult(batch.step_id, tuple(self._coda(batch)))
+        signals = self._run_core(batch)
+        if batch.stage is Stage.RECURRENT:
+            return RecurrentResult(batch.step_id, signals)
+        return StepResult(batch.step_id)
+
+    def _block_manager(self) -> BlockManager:
+        if self.kv is None:
+            raise RuntimeError("ModelRunner: no block manager; call bind(core) first")
+        return self.kv
+
+    def _params(self, item: ScheduledItem) -> SamplingParams:
+        p = self.params_fn(item.request_id, item.generation) if self.params_fn else None
+        return p if p is not None else SamplingParams()
+
+    def _decode_slots(self, items: list[ScheduledItem], *, new: bool = False) -> torch.Tensor:
+        pool = self.decode_states
+        get = pool.slot_or_new if new else pool.slot
+        slots = [get(it.key) for it in items]
+        return torch.tensor(slots, dtype=torch.int64).to(self.device)
+
+    def _prelude(self, batch: Batch) -> None:
+        items = list(batch.items)
+        tokens = torch.tensor([it.token_ids[0] for it in items], dtype=torch.int64)
+        hidden = self.model.prelude(tokens.to(self.device))
+        self.decode_states.hidden.index_copy_(0, self._decode_slots(items), hidden)
+
+    def _coda(self, batch: Batch) -> list[int]:
+        items = list(batch.items)
+        hidden = self.decode_states.hidden.index_select(0, self._decode_slots(items))
+        logits = self.model.coda(hidden)
+        return sample(
+            logits, [self._params(it) for it in items], [it.request_id for it in items],
+            [it.position for it in items], self.seed,
+        )
+
+    # ---- core calls ----------------------------------------------------------------------
+    def _prepare_batch(self, pairs: CallPairs) -> PreparedCall:
+        """Metadata for one core call over (item, depth) pairs in row order (decode first)."""
+        t0 = time.perf_counter()
+        kv = self._block_manager()
+        block_size = kv.block_size
+        positions: list[int] = []
+        slots: list[int] = []
+        tables: list[list[int]] = []
+        ctx_lens: list[int] = []
+        q_lens: list[int] = []
+        row_ranges: list[tuple[int, int]] = []
+        num_decode = 0
+        for item, depth in pairs:
+            key = item.key
+            table = kv.block_table(key, depth)
+            start, n = item.position, item.num_tokens
+            if kv.written(key, depth) < start:
+                raise KVIntegrityError(
+                    f"request {key}: depth {depth} history ends at {kv.written(key, depth)} "
+                    f"but a row at position {start} reads it (finalize missing?)"
+                )
+            if item.kind is ItemKind.DECODE:
+                num_decode += 1
+            row_ranges.append((len(positions), len(positions) + n))
+            for p in range(start, start + n):
+                positions.append(p)
+                slots.append(table[p // block_size] * block_size + p % block_size)
+            tables.append(table)
+            ctx_lens.append(start + n)
+            q_lens.append(n)
+        if len(set(slots)) != len(slots):
+            raise KVIntegrityError("two rows of one core call write the same KV slot")
+        num_rows, num_seqs = len(positions), len(tables)
+        max_blocks = math.ceil(max(ctx_lens) / block_size)
+        flat_tables = [b for t in tables for b in (t[:max_blocks] + [0] * (max_blocks - len(t)))]
+        starts = [0]
+        for n in q_lens:
+            starts.append(starts[-1] + n)
+        # One host->device copy for all integer metadata.
+        packed = torch.tensor(
+            positions + slots + ctx_lens + starts + flat_tables, dtype=torch.int64
+        ).to(self.device, non_blocking=True)
+        pos_t, slot_t, ctx_t, start_t, table_t = torch.split(
+            packed, [num_rows, num_rows, num_seqs, num_seqs + 1, num_seqs * max_blocks]
+        )
+        meta = AttentionMetadata(
+            slot_mapping=slot_t,
+            block_tables=table_t.view(num_seqs, max_blocks),
+            context_lens=ctx_t,
+            query_start_loc=start_t,
+            block_size=block_size,
+            num_decode_seqs=num_decode,
+            context_lens_host=tuple(ctx_lens),
+            query_lens_host=tuple(q_lens),
+        )
+        self.backend.prepare(meta)
+        self.last_prepare_s += time.perf_counter() - t0
+        return PreparedCall(pos_t, meta, row_ranges)
+
+    def _inputs(self, pairs: CallPairs, work: dict[int, torch.Tensor]) -> torch.Tensor:
+        """Input hidden rows of a call: carried over, decode state, prompt state or embedded."""
+        parts: list[torch.Tensor] = []
+        decode = [it for it, _ in pairs if it.kind is ItemKind.DECODE and id(it) not in work]
+        if decode:
+            parts.append(self.decode_states.hidden.index_select(0, self._decode_slots(decode)))
+        for item, _ in pairs[len(decode):]:
+            rows = work.get(id(item))
+            if rows is None:
+                if item.fused_prelude:
+                    ids = torch.tensor(item.token_ids, dtype=torch.int64).to(self.device)
+                    rows = self.model.prelude(ids)
+                else:
+                    assert item.prompt_state is not None
+                    rows = self.prompt_pool.read(item.prompt_state, item.num_tokens)
+            parts.append(rows)
+        return parts[0] if len(parts) == 1 else torch.cat(parts)
+
+    def _run_core(self, batch: Batch) -> tuple[float, ...] | None:
+        work: dict[int, torch.Tensor] = {}
+        layers = self.kv_cache.layers
+        last: tuple[CallPairs, torch.Tensor] | None = None
+        for pairs in batch.core_call_items():
+            prep = self._prepare_batch(pairs)
+            x = self._inputs(pairs, work)
+            y = self.model.recurrent(x, prep.positions, layers, prep.meta, self.backend)
+            for (item, depth), (r0, r1) in zip(pairs, prep.row_ranges, strict=True):
+                work[id(item)] = y[r0:r1]
+                if self.hidden_hook is not None:
+                    self.hidden_hook(item, depth, y[r0:r1])
+            last = (pairs, y)
+        signals = None
+        if batch.stage is Stage.RECURRENT and batch.needs_signals and last is not None:
+            signals = self._signals(last[0], last[1], batch.num_decode_items)
+        self._store(batch, work)
+        return signals
+
+    def _store(self, batch: Batch, work: dict[int, torch.Tensor]) -> None:
+        decode = [it for it in batch.items if it.kind is ItemKind.DECODE]
+        if decode:
+            rows = torch.cat([work[id(it)] for it in decode]) if len(decode) > 1 else work[
+                id(decode[0])
+            ]
+            self.decode_states.hidden.index_copy_(0, self._decode_slots(decode), rows)
+        for item in batch.items[len(decode):]:
+            rows = work[id(item)]
+            if item.depth + item.num_depths < self.num_depths:
+                assert item.prompt_state is not None
+                self.prompt_pool.write(item.prompt_state, rows)
+            elif item.is_last_chunk:
+                slot = self.decode_states.slot_or_new(item.key)
+                self.decode_states.hidden[slot] = rows[-1]
+
+    def _signals(self, pairs: CallPairs, y: torch.Tensor, num_decode: int) -> tuple[float, ...]:
+        """lambda (gate) or lookahead score for decode rows that need one; NaN elsewhere
+        (never read by the core). Only decode rows are read back."""
+        out = [math.nan] * num_decode
+        by_head: dict[int | None, list[int]] = {}
+        for i, (item, _) in enumerate(pairs[:num_decode]):
+            if item.needs_signal:
+                exit_cfg = self._params(item).exit or self.cfg.exit
+                head = exit_cfg.seed if exit_cfg.mode == "random_lookahead" else None
+                by_head.setdefault(head, []).append(i)
+        for head_seed, rows in by_head.items():
+            h = y[rows]
+            score = self.model.gate(h) if head_seed is None else self._head(head_seed)(h)
+            for i, v in zip(rows, score.tolist(), strict=True):
+                out[i] = float(v)
+        return tuple(out)
+
+    def _head(self, seed: int) -> LookaheadHead:
+        head = self._lookahead.get(seed)
+        if head is None:
+            head = self._lookahead[seed] = LookaheadHead(
+                self.model.config.hidden_size, seed
+            ).to(self.device)
+        return head
+
+    def lookahead_head(self, exit_cfg: ExitConfig) -> LookaheadHead:
+        """The random_lookahead head this runner uses for ``exit_cfg`` (built once per seed)."""
+        return self._head(exit_cfg.seed)
