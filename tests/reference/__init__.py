@@ -1,0 +1,1 @@
+"""Independent references the real engine is tested against."""
