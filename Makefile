@@ -3,7 +3,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: setup test sim bench lint clean
+.PHONY: setup test sim bench lint clean gpu-check gpu-wheels
 
 $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PY) -m venv $(VENV) || python3 -m venv $(VENV)
@@ -26,6 +26,15 @@ sim: $(STAMP)
 
 bench: $(STAMP)
 	$(BIN)/python -m tools.bench
+
+# On the GPU machine: the image's python3, no venv, no network (docs/gpu.md).
+# DEVICE=cpu: the dry run in the venv, tiny model, seconds.
+DEVICE ?= cuda
+gpu-check: $(if $(filter cpu,$(DEVICE)),$(STAMP))
+	PYTHONUNBUFFERED=1 $(if $(filter cpu,$(DEVICE)),$(BIN)/python,python3) -m tools.gpu_check --device $(DEVICE)
+
+gpu-wheels: $(STAMP)
+	$(BIN)/python -m tools.gpu_wheels
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache
