@@ -18,11 +18,14 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
+from matplotlib.ticker import FuncFormatter  # noqa: E402
 
 from loopserve.rundata import RunData  # noqa: E402
 
 ARM_COLORS = {"atomic": "#c0392b", "per_depth": "#e69f00", "mixed": "#0072b2"}
+ARM_MARKERS = {"atomic": "s", "per_depth": "^", "mixed": "o"}
 RUN_STYLES = ("-", "--", ":", "-.")
+_PLAIN = FuncFormatter(lambda v, _pos: f"{v:g}")
 # (summary key, sub-key or None, axis label, higher is better)
 SWEEP_METRICS = (
     ("itl_ms", "p99", "ITL p99 (ms)", False),
@@ -41,6 +44,15 @@ def png_bytes(fig: Figure) -> bytes:
 
 def arm_color(arm: str) -> str:
     return ARM_COLORS.get(arm, "#555555")
+
+
+def plain_log(ax: Any, axis: str) -> None:
+    """Log scale with tick labels as plain numbers (20, 50, 100) instead of 2x10^1."""
+    target = ax.xaxis if axis == "x" else ax.yaxis
+    (ax.set_xscale if axis == "x" else ax.set_yscale)("log")
+    target.set_major_formatter(_PLAIN)
+    target.set_minor_formatter(FuncFormatter(
+        lambda v, _pos: f"{v:g}" if f"{v:g}"[0] in "25" else ""))
 
 
 def itl_ms(tokens: pd.DataFrame, arm: str, point_id: int) -> np.ndarray:
@@ -74,7 +86,7 @@ def itl_cdf_figure(runs: Sequence[RunData], slo: dict[str, Any] | None) -> Figur
             ax.step(gaps, y, where="post", color=arm_color(arm),
                     linestyle=RUN_STYLES[i % len(RUN_STYLES)], linewidth=1.6,
                     label=f"{run.series_label(arm, multi)}  (p50 {p50:.3g}, p99 {p99:.3g} ms)")
-    ax.set_xscale("log")
+    plain_log(ax, "x")
     ax.set_xlabel("inter-token latency (ms, log scale)")
     ax.set_ylabel("fraction of gaps ≤ x")
     ax.set_ylim(0, 1.01)
@@ -109,7 +121,7 @@ def ttft_figure(runs: Sequence[RunData], slo: dict[str, Any] | None) -> Figure:
                    facecolor="white", edgecolor="black", linewidth=1.2, zorder=3,
                    label="injected prompts" if x == 0 else None)
     ax.set_xticks(range(len(series)), labels, rotation=15 if multi else 0)
-    ax.set_yscale("log")
+    plain_log(ax, "y")
     ax.set_ylabel("TTFT (ms, log scale)")
     if slo and slo.get("ttft_p99_ms"):
         ax.axhline(slo["ttft_p99_ms"], color="black", linestyle="--", linewidth=1,
@@ -146,14 +158,18 @@ def sweep_figure(runs: Sequence[RunData], field: str, slo: dict[str, Any] | None
         xs = [p["values"][field] for p in pts]
         categorical |= not all(isinstance(x, (int, float)) and not isinstance(x, bool)
                                for x in xs)
-        for arm in run.arms:
+        for j, arm in enumerate(run.arms):
             med = {m["point_id"]: m for m in run.summary["medians"] if m["arm"] == arm}
             for ax, (key, sub, _label, _) in zip(axes, SWEEP_METRICS, strict=True):
                 ys = [_metric(med.get(p["point_id"]), key, sub) for p in pts]
                 xplot = [str(x) for x in xs] if categorical else xs
-                ax.plot(xplot, ys, marker="o", color=arm_color(arm),
+                # later arms drawn smaller, so an arm hidden under another still shows
+                ax.plot(xplot, ys, marker=ARM_MARKERS.get(arm, "o"), color=arm_color(arm),
+                        markersize=9 - 2 * (j % 3), linewidth=2.2 - 0.5 * (j % 3),
                         linestyle=RUN_STYLES[i % len(RUN_STYLES)],
                         label=run.series_label(arm, multi))
+                if not categorical:
+                    ax.set_xticks(sorted(set(xs)))
     for ax, (key, _sub, label, higher) in zip(axes, SWEEP_METRICS, strict=True):
         ax.set_xlabel(field)
         ax.set_title(f"{label} ({'higher' if higher else 'lower'} is better)", fontsize=10)

@@ -1,0 +1,169 @@
+"""The ``loopserve`` command: run | sweep | report (DESIGN.md §12).
+
+Bad input of any kind prints ``loopserve: error: <field>: <message>`` on one line and exits 2
+with nothing written; runs finish in memory before the output folder is staged and renamed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from loopserve.errors import UserError
+
+if TYPE_CHECKING:
+    from loopserve.orchestrate import Plan, RunResult
+
+EXIT_OK, EXIT_USAGE = 0, 2
+RESULTS_ROOT = Path("results")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="loopserve",
+        description="Serving engine and simulator for looped language models.",
+    )
+    sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    for name, help_text in (
+        ("run", "run a scenario (all arms, sweep points and repeats)"),
+        ("sweep", "like run, for a scenario that has a sweep or variants section"),
+    ):
+        r = sub.add_parser(name, help=help_text)
+        r.add_argument("scenario", help="scenario YAML file")
+        r.add_argument("--target", default="sim", choices=("sim", "cpu", "cuda"),
+                       help="simulator (default) or the real engine on cpu / cuda")
+        r.add_argument("--out", help="run folder to write (default results/<name>/<run-id>)")
+        r.add_argument("--set", dest="sets", action="append", default=[], metavar="KEY=VALUE",
+                       help="override a dotted field, value parsed as YAML (repeatable)")
+        r.add_argument("--no-progress", action="store_true", help="hide the progress bar")
+    rep = sub.add_parser("report", help="one report.html comparing one or more run folders")
+    rep.add_argument("run_dirs", nargs="+", metavar="RUN_DIR")
+    rep.add_argument("--out", help="folder for report.html (default: the first RUN_DIR)")
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        if args.command == "report":
+            return cmd_report(args.run_dirs, args.out)
+        return cmd_run(args, require_sweep=args.command == "sweep",
+                       argv=list(sys.argv if argv is None else ["loopserve", *argv]))
+    except UserError as err:
+        print(f"loopserve: error: {err}", file=sys.stderr)
+        return EXIT_USAGE
+    except KeyboardInterrupt:
+        print("loopserve: interrupted; nothing written", file=sys.stderr)
+        return 130
+
+
+def cmd_run(args: argparse.Namespace, *, require_sweep: bool, argv: list[str]) -> int:
+    from loopserve.orchestrate import execute, plan_runs
+    from loopserve.schema import load_scenario
+
+    started = time.time()
+    scn = load_scenario(args.scenario, args.sets)
+    if require_sweep and not scn.is_sweep:
+        raise UserError("sweep", "missing; `loopserve sweep` needs a sweep or variants section "
+                        "(or use `loopserve run`)")
+    plan = plan_runs(scn, args.target)
+    dest = _destination(args.out, scn.name, args.target)
+    results = execute(plan, progress=not args.no_progress)
+    report = write_run(dest, plan, results, argv=argv, started_s=started)
+    print(medians_table(dest, plan.reference_point_id, len(plan.points)))
+    print(f"report: {report}")
+    return EXIT_OK
+
+
+def _destination(out: str | None, name: str, target: str) -> Path:
+    from loopserve.outputs import new_run_id
+
+    if out is not None:
+        dest = Path(out)
+        if dest.exists() and (not dest.is_dir() or any(dest.iterdir())):
+            raise UserError("--out", f"{dest} exists and is not an empty folder; pick a new one")
+        return dest
+    parent = RESULTS_ROOT / name
+    return parent / new_run_id(target, parent)
+
+
+def write_run(dest: Path, plan: Plan, runs: Sequence[RunResult], *, argv: list[str],
+              started_s: float) -> Path:
+    """Write every output file into a staging folder, render the report, rename to dest."""
+    from loopserve import env_info, outputs
+    from loopserve.report import write_report
+    from loopserve.rundata import load_run
+    from loopserve.summary import build_summary
+    from loopserve.trace_export import write_trace
+
+    scn = plan.scenario
+    with outputs.staged_dir(dest) as tmp:
+        outputs.write_scenario(tmp / "scenario.yaml", scn)
+        outputs.write_records(tmp, runs)
+        outputs.write_json(tmp / "summary.json", build_summary(plan, runs))
+        write_trace(tmp / "trace.json", runs, scn.arms, {plan.reference_point_id})
+        timing = [{"arm": r.spec.arm, "point_id": r.spec.point_id, "repeat": r.spec.repeat,
+                   "wall_s": round(r.records.wall_s, 6)} for r in runs]
+        outputs.write_json(tmp / "env.json", env_info.collect(
+            target=plan.target, hardware=scn.hardware, run_id=dest.name, argv=argv,
+            started_s=started_s, run_wall_s=timing))
+        write_report([load_run(tmp, label=dest.name)], tmp, write_pngs=True)
+    return dest / "report.html"
+
+
+def medians_table(run_dir: Path, point_id: int, num_points: int) -> str:
+    """The short per-arm table printed at the end of a run."""
+    from loopserve.compare import metric
+    from loopserve.rundata import load_run
+
+    run = load_run(run_dir)
+    head = f"{'arm':<10} {'ITL p50':>9} {'ITL p99':>9} {'TTFT p50':>10} {'TTFT p99':>10} " \
+           f"{'out tok/s':>10}  validity"
+    lines = [head, "-" * len(head)]
+    for m in run.medians(point_id):
+        vals = [metric(m, "itl_ms", "p50"), metric(m, "itl_ms", "p99"),
+                metric(m, "ttft_ms", "p50"), metric(m, "ttft_ms", "p99"),
+                metric(m, "output_tok_s", None)]
+        cells = [f"{v:>{w}.4g}" if v is not None else f"{'-':>{w}}"
+                 for v, w in zip(vals, (9, 9, 10, 10, 10), strict=True)]
+        valid = "valid" if m["valid"] else f"INVALID ({m['num_valid']}/{m['num_repeats']} valid)"
+        lines.append(f"{m['arm']:<10} {' '.join(cells)}  {valid}")
+    where = f"point {point_id} of {num_points}: " + (
+        ", ".join(f"{k}={v}" for k, v in run.point_values(point_id).items()) or "base")
+    return f"medians over repeats (ms; {where})\n" + "\n".join(lines)
+
+
+def cmd_report(run_dirs: Sequence[str], out: str | None) -> int:
+    import os
+    import tempfile
+
+    from loopserve.report import make_figures, render_html
+    from loopserve.rundata import load_run
+
+    runs = []
+    for d in run_dirs:
+        run = load_run(d)
+        if sum(Path(x).name == Path(d).name for x in run_dirs) > 1:
+            run.label = f"{run.label} ({len(runs) + 1})"
+        runs.append(run)
+    out_dir = Path(out) if out else runs[0].path
+    out_dir.mkdir(parents=True, exist_ok=True)
+    figs = make_figures(runs)
+    if len(runs) == 1 and out_dir.resolve() == runs[0].path.resolve():
+        for f in figs:
+            (out_dir / f.filename).write_bytes(f.png)
+    fd, tmp = tempfile.mkstemp(prefix=".report-", suffix=".html", dir=out_dir)
+    with os.fdopen(fd, "w") as fh:
+        fh.write(render_html(runs, figs))
+    path = out_dir / "report.html"
+    os.replace(tmp, path)
+    print(f"report: {path}")
+    return EXIT_OK
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,120 @@
+"""The step timeline: one lane per arm (and run), stacked on a shared time axis.
+
+Each step is a bar coloured by its kind; the injected prompts' TTFT spans (arrival -> first
+token) are drawn above the bars, and the output tokens of the other requests as ticks below,
+so a decode stall behind prompt work shows as a gap in the ticks. Long runs are zoomed on a
+window around the first injection (or on the first steps when nothing is injected).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import pandas as pd
+from matplotlib.figure import Figure
+from matplotlib.lines import Line2D
+from matplotlib.patches import Patch
+
+from loopserve.plots import plt
+from loopserve.rundata import RunData
+
+KIND_COLORS = {
+    "decode": "#4c9be8",
+    "prompt": "#f28e2b",
+    "mixed": "#8e5ec4",
+    "prefill": "#d62728",
+    "prelude": "#8cd17d",
+    "coda": "#b07aa1",
+}
+KIND_LABELS = {
+    "decode": "decode-only",
+    "prompt": "prompt-only",
+    "mixed": "mixed",
+    "prefill": "prefill (A0 atomic)",
+    "prelude": "prelude",
+    "coda": "coda",
+}
+_MAX_UNZOOMED_STEPS = 600
+
+
+def _first_repeat(df: pd.DataFrame, arm: str, point_id: int) -> pd.DataFrame:
+    sel = df[(df["arm"] == arm) & (df["point_id"] == point_id)]
+    if sel.empty:
+        return sel
+    return sel[sel["repeat"] == sel["repeat"].min()]
+
+
+def _window(series: Sequence[tuple[RunData, str]]) -> tuple[float, float, bool]:
+    """(start_s, end_s, zoomed) shared by every lane."""
+    arrivals, firsts, ends, early_ends = [], [], [], []
+    for run, arm in series:
+        pid = run.reference_point_id
+        steps = _first_repeat(run.steps, arm, pid)
+        if steps.empty:
+            continue
+        ends.append(float(steps["end_s"].max()))
+        early_ends.append(float(steps["end_s"].iloc[min(len(steps), _MAX_UNZOOMED_STEPS) - 1]))
+        req = _first_repeat(run.requests, arm, pid)
+        inj = req[req["injected"].astype(bool) & req["first_token_s"].notna()]
+        if not inj.empty:  # the first injection of this lane
+            first = inj.loc[inj["arrival_s"].idxmin()]
+            arrivals.append(float(first["arrival_s"]))
+            firsts.append(float(first["first_token_s"]))
+    end = max(ends, default=1.0)
+    if arrivals:
+        lo, hi = min(arrivals), max(firsts)
+        margin = max(0.25 * (hi - lo), 1e-6)
+        start, stop = max(0.0, lo - margin), min(end, hi + margin)
+        return start, stop, start > 0.0 or stop < end
+    stop = max(early_ends, default=end)
+    return 0.0, stop, stop < end
+
+
+def timeline_figure(runs: Sequence[RunData]) -> Figure:
+    """Stacked per-arm timelines at each run's reference point, first repeat."""
+    multi = len(runs) > 1
+    series = [(run, arm) for run in runs for arm in run.arms]
+    start, stop, zoomed = _window(series)
+    fig, axes = plt.subplots(len(series), 1, sharex=True, squeeze=False,
+                             figsize=(13, 1.3 * len(series) + 1.6), layout="constrained")
+    scale = 1e3  # ms on the axis
+    for ax, (run, arm) in zip(axes[:, 0], series, strict=True):
+        pid = run.reference_point_id
+        steps = _first_repeat(run.steps, arm, pid)
+        steps = steps[(steps["end_s"] >= start) & (steps["start_s"] <= stop)]
+        for kind, color in KIND_COLORS.items():
+            rows = steps[steps["kind"] == kind]
+            if not rows.empty:
+                spans = list(zip(rows["start_s"] * scale,
+                                 (rows["end_s"] - rows["start_s"]) * scale, strict=True))
+                ax.broken_barh(spans, (0.0, 1.0), facecolors=color, linewidth=0)
+        req = _first_repeat(run.requests, arm, pid)
+        inj = req[req["injected"].astype(bool) & req["first_token_s"].notna()
+                  & (req["arrival_s"] <= stop) & (req["first_token_s"] >= start)]
+        for k, (_, q) in enumerate(inj.iterrows()):
+            y = 1.3 + 0.18 * (k % 3)
+            a, f = q["arrival_s"] * scale, q["first_token_s"] * scale
+            ax.plot([a, f], [y, y], color="black", linewidth=1.6, marker="|", markersize=9)
+            ax.text(min(f, stop * scale), y, f"  TTFT {f - a:.3g} ms", va="center", fontsize=7,
+                    clip_on=True)
+        toks = _first_repeat(run.tokens, arm, pid)
+        decode_ids = set(req.loc[~req["injected"].astype(bool), "request_id"])
+        toks = toks[toks["request_id"].isin(decode_ids) & toks["time_s"].between(start, stop)]
+        ax.plot(toks["time_s"] * scale, [-0.25] * len(toks), linestyle="none", marker="|",
+                markersize=6, color="#333333", alpha=0.6)
+        ax.set_ylim(-0.5, 1.95)
+        ax.set_yticks([])
+        ax.set_ylabel(run.series_label(arm, multi), rotation=0, ha="right", va="center",
+                      fontsize=9)
+        for side in ("top", "right", "left"):
+            ax.spines[side].set_visible(False)
+    axes[-1, 0].set_xlim(start * scale, stop * scale)
+    axes[-1, 0].set_xlabel("time (ms" + (", zoomed on the first injected prompt)" if zoomed else ")"))
+    handles = [Patch(color=c, label=KIND_LABELS[k]) for k, c in KIND_COLORS.items()]
+    handles += [
+        Line2D([], [], color="black", marker="|", label="injected prompt: arrival → first token"),
+        Line2D([], [], color="#333333", marker="|", linestyle="none", label="decode tokens"),
+    ]
+    fig.legend(handles=handles, loc="outside lower center", ncol=4, fontsize=8, frameon=False)
+    fig.suptitle("Steps per arm (first repeat, reference point)", fontsize=11)
+    return fig
