@@ -155,8 +155,16 @@ class ModelRunner:
         return self.kv
 
     def _params(self, item: ScheduledItem) -> SamplingParams:
+        """CODA items carry their params; otherwise ask the bound core."""
+        if item.params is not None:
+            return item.params
         p = self.params_fn(item.request_id, item.generation) if self.params_fn else None
         return p if p is not None else SamplingParams()
+
+    def _lookahead_seed(self, item: ScheduledItem) -> int:
+        p = self.params_fn(item.request_id, item.generation) if self.params_fn else None
+        exit_cfg = (p.exit if p is not None else None) or self.cfg.exit
+        return exit_cfg.seed
 
     def _decode_slots(self, items: list[ScheduledItem], *, new: bool = False) -> torch.Tensor:
         pool = self.decode_states
@@ -299,8 +307,7 @@ class ModelRunner:
         by_head: dict[int | None, list[int]] = {}
         for i, (item, _) in enumerate(pairs[:num_decode]):
             if item.needs_signal:
-                exit_cfg = self._params(item).exit or self.cfg.exit
-                head = exit_cfg.seed if exit_cfg.mode == "random_lookahead" else None
+                head = self._lookahead_seed(item) if item.signal_head == "lookahead" else None
                 by_head.setdefault(head, []).append(i)
         for head_seed, rows in by_head.items():
             h = y[rows]
