@@ -1,0 +1,128 @@
+"""The LLM facade (generate, stream) and the wall-clock driver ``run_realtime``."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import pytest
+
+from engine.core import SamplingParams, TokenEvent
+from engine.core.records import ArrivalSpec
+from engine.llm import LLM, HostTiming, build_runner, make_engine_config, run_realtime
+from tests.reference.fixtures import ENGINE_KWARGS, make_llm, outputs_key, tiny_model
+
+PARAMS = SamplingParams(max_tokens=4, temperature=0.7, seed=1)
+
+
+@dataclass
+class ListSource:
+    """Timed specs plus arrivals triggered when (request, index) is emitted."""
+
+    timed: list[ArrivalSpec]
+    triggers: dict[tuple[str, int], list[ArrivalSpec]] = field(default_factory=dict)
+
+    def initial(self) -> list[ArrivalSpec]:
+        return sorted(self.timed, key=lambda s: s.arrival_s or 0.0)
+
+    def on_token(self, event: TokenEvent) -> list[ArrivalSpec]:
+        return self.triggers.pop((event.request_id, event.index), [])
+
+
+def _spec(rid: str, prompt: list[int], at: float | None, **kw: object) -> ArrivalSpec:
+    return ArrivalSpec(rid, tuple(prompt), kw.pop("params", PARAMS), at, **kw)  # type: ignore[arg-type]
+
+
+def test_generate_and_stream_agree() -> None:
+    model = tiny_model()
+    prompts = [[1, 2, 3, 4, 5, 6, 7, 8, 9, 10], [3, 3]]
+    outs = make_llm(model, "mixed").generate(prompts, PARAMS)
+    events = list(make_llm(model, "mixed").stream(prompts, PARAMS))
+    for o in outs:
+        mine = [e for e in events if e.request_id == o.request_id]
+        assert [e.index for e in mine] == list(range(4))
+        assert [e.token_id for e in mine] == o.output_token_ids
+        assert [e.exit_depth for e in mine] == o.exit_depths
+        assert [e.finished for e in mine] == [False, False, False, True]
+        assert o.finish_reason == "length" and o.prompt_token_ids in prompts
+
+
+def test_llm_validates_options() -> None:
+    with pytest.raises(ValueError, match="bogus: unknown engine option"):
+        LLM("tiny", bogus=1)
+    with pytest.raises(ValueError, match="max_num_batched_tokens"):
+        LLM("tiny", arm="mixed", max_num_seqs=8, max_num_batched_tokens=128,
+            prefill_chunk_size=128)
+    with pytest.raises(ValueError, match="2 sampling params for 1 prompts"):
+        LLM("tiny").generate([[1]], [PARAMS, PARAMS])
+
+
+def test_realtime_replays_arrivals_on_wall_clock_and_matches_generate() -> None:
+    model = tiny_model()
+    prompts = [[1, 2, 3, 4, 5, 6, 7, 8, 9], [4, 5, 6], [7, 8, 9, 10, 11]]
+    times = [0.0, 0.05, 0.12]
+    source = ListSource([_spec(str(i), p, t) for i, (p, t) in enumerate(zip(prompts, times,
+                                                                            strict=True))])
+    llm = make_llm(model, "mixed")
+    timings: list[HostTiming] = []
+    records = run_realtime(llm.cfg, source, llm.runner, host_timings=timings)
+    by_id = {r.request_id: r for r in records.requests}
+    for i, t in enumerate(times):
+        r = by_id[str(i)]
+        assert r.arrival_s == t and r.first_token_s is not None and r.first_token_s > t
+        assert r.finish_reason == "length"
+        first_step = min(s.start_s for s in records.steps if s.start_s >= t)
+        assert first_step >= t  # idle until due, never early
+    assert records.wall_s >= 0.12
+    starts = [s.start_s for s in records.steps]
+    assert starts == sorted(starts) and all(s.end_s >= s.start_s for s in records.steps)
+    tokens = {(e.request_id, e.index): (e.token_id, e.exit_depth) for e in records.tokens}
+    expected = make_llm(model, "atomic").generate(prompts, PARAMS)
+    for i, (toks, depths) in enumerate(outputs_key(expected)):
+        assert [tokens[str(i), k] for k in range(4)] == list(zip(toks, depths, strict=True))
+    assert len(timings) == len(records.steps)
+    assert all(t.schedule_s > 0 and t.prepare_s >= 0 for t in timings)
+    assert any(t.prepare_s > 0 for t in timings if t.core_calls)
+    assert llm.core.kv.num_used_blocks == 0  # the LLM's own core: untouched by the run
+    assert llm.runner.decode_states.num_in_use == 0 and llm.runner.prompt_pool.num_in_use == 0
+
+
+def test_triggered_arrival_comes_at_the_token_time_and_validity_is_recorded() -> None:
+    model = tiny_model()
+    cfg = make_engine_config(model, arm="mixed", **{**ENGINE_KWARGS, "max_num_seqs": 2})
+    long = SamplingParams(max_tokens=8)
+    inject = _spec("inject", [9] * 6, None, injected=True)
+    late = _spec("late", [8] * 6, None, injected=True)
+    source = ListSource(
+        [_spec("a", [1, 2, 3], 0.0, params=long), _spec("b", [4, 5], 0.0, params=long)],
+        {("a", 2): [inject], ("a", 7): [late]},
+    )
+    runner = build_runner(model, cfg)
+    records = run_realtime(cfg, source, runner, record_batches=True)
+    trigger = next(e for e in records.tokens if (e.request_id, e.index) == ("a", 2))
+    by_id = {r.request_id: r for r in records.requests}
+    assert by_id["inject"].arrival_s == trigger.time_s and by_id["inject"].injected
+    # Both slots were busy when "inject" came; "late" came as "a" finished (slot freed).
+    assert len(records.invalid_reasons) == 1
+    assert records.invalid_reasons[0].startswith("injected request inject found no free slot")
+    assert by_id["late"].finish_reason == "length" and len(records.batches) == len(records.steps)
+
+
+def test_batch_failure_is_routed_to_core_fail_and_the_run_continues() -> None:
+    model = tiny_model()
+    cfg = make_engine_config(model, arm="per_depth", **ENGINE_KWARGS)
+    runner = build_runner(model, cfg)
+    runner.fail_on_step = 9  # request 2's prompt at depth 1 (its prompt state is live)
+    source = ListSource([_spec(str(i), [i + 1] * (3 + 5 * i), 0.0) for i in range(3)])
+    records = run_realtime(cfg, source, runner, record_batches=True)
+    assert records.batches[9] == ("RECURRENT", (("2", "PROMPT", 0, 8, 1, 1),))
+    reasons = {r.request_id: r.finish_reason for r in records.requests}
+    assert reasons == {"0": "length", "1": "length", "2": "error"}
+    assert [s.step for s in records.steps] == list(range(len(records.steps)))
+    assert runner.decode_states.num_in_use == 0 and runner.prompt_pool.num_in_use == 0
+    # The same runner serves a fresh run (new core) with identical results.
+    runner.fail_on_step = None
+    again = [run_realtime(cfg, ListSource([_spec("x", [5, 6, 7], 0.0)]), runner)
+             for _ in range(2)]
+    assert [(e.token_id, e.exit_depth) for e in again[0].tokens] == [
+        (e.token_id, e.exit_depth) for e in again[1].tokens
+    ]
