@@ -159,6 +159,9 @@ def cmd_report(run_dirs: Sequence[str], out: str | None) -> int:
     fd, tmp = tempfile.mkstemp(prefix=".report-", suffix=".html", dir=out_dir)
     with os.fdopen(fd, "w") as fh:
         fh.write(render_html(runs, figs))
+    umask = os.umask(0)
+    os.umask(umask)
+    os.chmod(tmp, 0o666 & ~umask)
     path = out_dir / "report.html"
     os.replace(tmp, path)
     print(f"report: {path}")

@@ -107,6 +107,7 @@ def ttft_figure(runs: Sequence[RunData], slo: dict[str, Any] | None) -> Figure:
     fig, ax = plt.subplots(figsize=(max(6.0, 1.6 * len(series) + 2), 4.5))
     rng = np.random.default_rng(0)  # jitter only; fixed so the PNG is reproducible
     labels = []
+    shown_injected = False
     for x, (run, arm) in enumerate(series):
         ttft, injected = ttft_ms(run.requests, arm, run.reference_point_id)
         labels.append(run.series_label(arm, multi))
@@ -117,9 +118,11 @@ def ttft_figure(runs: Sequence[RunData], slo: dict[str, Any] | None) -> Figure:
         jitter = rng.uniform(-0.18, 0.18, ttft.size)
         ax.scatter(x + jitter[~injected], ttft[~injected], s=10, color=arm_color(arm),
                    alpha=0.45, label="requests" if x == 0 else None)
-        ax.scatter(x + jitter[injected], ttft[injected], s=46, marker="D",
-                   facecolor="white", edgecolor="black", linewidth=1.2, zorder=3,
-                   label="injected prompts" if x == 0 else None)
+        if injected.any():
+            ax.scatter(x + jitter[injected], ttft[injected], s=46, marker="D",
+                       facecolor="white", edgecolor="black", linewidth=1.2, zorder=3,
+                       label=None if shown_injected else "injected prompts")
+            shown_injected = True
     ax.set_xticks(range(len(series)), labels, rotation=15 if multi else 0)
     plain_log(ax, "y")
     ax.set_ylabel("TTFT (ms, log scale)")

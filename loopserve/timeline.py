@@ -44,8 +44,8 @@ def _first_repeat(df: pd.DataFrame, arm: str, point_id: int) -> pd.DataFrame:
     return sel[sel["repeat"] == sel["repeat"].min()]
 
 
-def _window(series: Sequence[tuple[RunData, str]]) -> tuple[float, float, bool]:
-    """(start_s, end_s, zoomed) shared by every lane."""
+def _window(series: Sequence[tuple[RunData, str]]) -> tuple[float, float, str]:
+    """(start_s, end_s, zoom note) shared by every lane; the note is empty when unzoomed."""
     arrivals, firsts, ends, early_ends = [], [], [], []
     for run, arm in series:
         pid = run.reference_point_id
@@ -65,9 +65,10 @@ def _window(series: Sequence[tuple[RunData, str]]) -> tuple[float, float, bool]:
         lo, hi = min(arrivals), max(firsts)
         margin = max(0.25 * (hi - lo), 1e-6)
         start, stop = max(0.0, lo - margin), min(end, hi + margin)
-        return start, stop, start > 0.0 or stop < end
+        zoomed = start > 0.0 or stop < end
+        return start, stop, "zoomed on the first injected prompt" if zoomed else ""
     stop = max(early_ends, default=end)
-    return 0.0, stop, stop < end
+    return 0.0, stop, f"first {_MAX_UNZOOMED_STEPS} steps" if stop < end else ""
 
 
 def timeline_figure(runs: Sequence[RunData]) -> Figure:
@@ -78,6 +79,7 @@ def timeline_figure(runs: Sequence[RunData]) -> Figure:
     fig, axes = plt.subplots(len(series), 1, sharex=True, squeeze=False,
                              figsize=(13, 1.3 * len(series) + 1.6), layout="constrained")
     scale = 1e3  # ms on the axis
+    any_injected = False
     for ax, (run, arm) in zip(axes[:, 0], series, strict=True):
         pid = run.reference_point_id
         steps = _first_repeat(run.steps, arm, pid)
@@ -91,6 +93,7 @@ def timeline_figure(runs: Sequence[RunData]) -> Figure:
         req = _first_repeat(run.requests, arm, pid)
         inj = req[req["injected"].astype(bool) & req["first_token_s"].notna()
                   & (req["arrival_s"] <= stop) & (req["first_token_s"] >= start)]
+        any_injected |= not inj.empty
         for k, (_, q) in enumerate(inj.iterrows()):
             y = 1.3 + 0.18 * (k % 3)
             a, f = q["arrival_s"] * scale, q["first_token_s"] * scale
@@ -109,12 +112,13 @@ def timeline_figure(runs: Sequence[RunData]) -> Figure:
         for side in ("top", "right", "left"):
             ax.spines[side].set_visible(False)
     axes[-1, 0].set_xlim(start * scale, stop * scale)
-    axes[-1, 0].set_xlabel("time (ms" + (", zoomed on the first injected prompt)" if zoomed else ")"))
+    axes[-1, 0].set_xlabel("time (ms" + (f", {zoomed})" if zoomed else ")"))
     handles = [Patch(color=c, label=KIND_LABELS[k]) for k, c in KIND_COLORS.items()]
-    handles += [
-        Line2D([], [], color="black", marker="|", label="injected prompt: arrival → first token"),
-        Line2D([], [], color="#333333", marker="|", linestyle="none", label="decode tokens"),
-    ]
+    if any_injected:
+        handles.append(Line2D([], [], color="black", marker="|",
+                              label="injected prompt: arrival → first token"))
+    handles.append(Line2D([], [], color="#333333", marker="|", linestyle="none",
+                          label="output tokens" if not any_injected else "decode tokens"))
     fig.legend(handles=handles, loc="outside lower center", ncol=4, fontsize=8, frameon=False)
     fig.suptitle("Steps per arm (first repeat, reference point)", fontsize=11)
     return fig

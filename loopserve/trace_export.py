@@ -3,7 +3,8 @@
 One process per (arm, point), one thread (track) per repeat; every step is a complete event
 named by its kind with its rows per kind in ``args``. Injected requests get an extra track
 per repeat with their TTFT span (arrival -> first token). Only the given points are exported
-(the CLI passes the reference point), which keeps the file small on sweeps.
+(the CLI passes the reference point), and later repeats only while the total stays under
+``max_steps`` steps (the first repeat of every arm always), which keeps the file small.
 """
 
 from __future__ import annotations
@@ -17,18 +18,38 @@ from loopserve.orchestrate import RunResult
 
 _US = 1e6
 _INJECTED_TID = 1000
+MAX_STEPS = 200_000
+
+
+def select_runs(
+    results: Sequence[RunResult], point_ids: Collection[int], max_steps: int = MAX_STEPS
+) -> list[RunResult]:
+    """Runs to export: the first repeat at ``point_ids``, then whole repeats while the total
+    stays within ``max_steps`` steps."""
+    by_repeat: dict[int, list[RunResult]] = {}
+    for r in results:
+        if r.spec.point_id in point_ids:
+            by_repeat.setdefault(r.spec.repeat, []).append(r)
+    out: list[RunResult] = []
+    used = 0
+    for i, repeat in enumerate(sorted(by_repeat)):
+        n = sum(len(r.records.steps) for r in by_repeat[repeat])
+        if i > 0 and used + n > max_steps:
+            break
+        out += by_repeat[repeat]
+        used += n
+    return out
 
 
 def trace_events(
-    results: Sequence[RunResult], arms: Sequence[str], point_ids: Collection[int]
+    results: Sequence[RunResult], arms: Sequence[str], point_ids: Collection[int],
+    max_steps: int = MAX_STEPS,
 ) -> list[dict[str, Any]]:
     """Trace events (microsecond timestamps) for the runs at ``point_ids``."""
     events: list[dict[str, Any]] = []
     named: set[tuple[int, int]] = set()
-    for r in results:
+    for r in select_runs(results, point_ids, max_steps):
         s = r.spec
-        if s.point_id not in point_ids:
-            continue
         pid = s.point_id * len(arms) + arms.index(s.arm) + 1
         if (pid, -1) not in named:
             named.add((pid, -1))
