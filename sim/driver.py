@@ -25,9 +25,10 @@ import simpy
 from engine.core.config import EngineConfig
 from engine.core.engine_core import EngineCore
 from engine.core.fake_executor import SignalFn
-from engine.core.records import ArrivalSource, ArrivalSpec, RunRecorder, RunRecords
+from engine.core.records import ArrivalSource, ArrivalSpec, RunRecords
 from sim.cost.base import CostModel
 from sim.executor import SimExecutor
+from sim.recorder import SimRecorder
 from sim.validity import injection_problem
 
 
@@ -49,7 +50,7 @@ class _SimRun:
         self.source = source
         self.cost = cost
         self.executor = executor
-        self.recorder = RunRecorder(record_batches)
+        self.recorder = SimRecorder(cfg.model.num_depths, record_batches)
         timed = list(source.initial())
         for spec in timed:
             if spec.arrival_s is None or not spec.arrival_s >= 0.0:
@@ -104,18 +105,21 @@ class _SimRun:
 
     def engine_process(self) -> Generator[simpy.Event, Any, None]:
         env, core, executor, cost = self.env, self.core, self.executor, self.cost
-        recorder, source = self.recorder, self.source
+        recorder, source, timed = self.recorder, self.source, self.timed
+        num_timed = len(timed)
         while True:
-            self.submit_due(env.now)
+            i = self.next_arrival
+            if i < num_timed and timed[i].arrival_s <= env.now:  # type: ignore[operator]
+                self.submit_due(env.now)
             if not core.has_work():
-                if self.next_arrival >= len(self.timed):
+                if self.next_arrival >= num_timed:
                     break
                 yield self.wait_for_arrival()
                 continue
             start = env.now
             batch = core.schedule(start)
             if batch is None:
-                if self.next_arrival >= len(self.timed):
+                if self.next_arrival >= num_timed:
                     raise SimulationDeadlock(
                         f"at t={start:.6f}s the core holds {core.num_waiting} waiting and "
                         f"{core.num_running} running requests but schedules nothing, and no "
@@ -130,9 +134,10 @@ class _SimRun:
             yield env.timeout(duration)
             end = env.now
             events = core.apply(batch, result, end)
-            for event in events:
-                for spec in source.on_token(event):
-                    self.submit(spec, event.time_s)
+            if events:
+                for event in events:
+                    for spec in source.on_token(event):
+                        self.submit(spec, event.time_s)
             recorder.step(batch, start, end, events)
             finished = core.pop_finished()
             if finished:
