@@ -1,0 +1,165 @@
+"""Simulator speed: core calls per second of wall time on a large Poisson scenario.
+
+``make bench`` (``python -m tools.bench``) simulates Ouro-1.4B on the h200 roofline for every
+arm, ``--repeats`` times each, and reports the median core calls/s next to a minimal SimPy
+loop that yields the same number of timeouts as the run has steps, measured in the same
+process. Writes ``results/bench/<UTC timestamp>/bench.json`` and ``env.json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Generator
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import simpy
+
+from engine.core import CacheConfig, EngineConfig, SchedulerConfig
+from loopserve.workloads import build_source
+from sim import make_cost_model, simulate
+from sim.shapes import MODEL_SHAPES
+
+TARGET_CORE_CALLS_S = 50_000
+MODEL = "ouro-1.4b"
+WORKLOAD: dict[str, Any] = {
+    "kind": "poisson",
+    "request_rate": 20.0,
+    "prompt_tokens": {"dist": "lognormal", "median": 256, "sigma": 1.0, "min": 8, "max": 2048},
+    "output_tokens": {"dist": "lognormal", "median": 128, "sigma": 0.8, "min": 1, "max": 1024},
+}
+SCHEDULER: dict[str, Any] = {"max_num_seqs": 16, "max_num_batched_tokens": 256,
+                             "prefill_chunk_size": 128}
+NUM_BLOCKS = 32_768  # 16-token blocks over 4 planes: ~131k positions, well above the load
+
+
+def simpy_loop_rate(num_timeouts: int) -> float:
+    """Timeouts per second of a SimPy process that does nothing else."""
+    env = simpy.Environment()
+
+    def loop() -> Generator[simpy.Event, Any, None]:
+        for _ in range(num_timeouts):
+            yield env.timeout(1e-3)
+
+    env.process(loop())
+    t0 = time.perf_counter()
+    env.run()
+    return num_timeouts / (time.perf_counter() - t0)
+
+
+def bench_arm(arm: str, num_requests: int, repeats: int, seed: int) -> dict[str, Any]:
+    shape = MODEL_SHAPES[MODEL]
+    cfg = EngineConfig(shape, SchedulerConfig(arm=arm, **SCHEDULER),
+                       CacheConfig(num_blocks=NUM_BLOCKS))
+    cost = make_cost_model("roofline", shape, hardware="h200")
+    source = build_source({**WORKLOAD, "num_requests": num_requests}, seed=seed,
+                          vocab_size=shape.vocab_size)
+    rates, loop_rates, walls = [], [], []
+    for _ in range(repeats):
+        rec = simulate(cfg, source, cost, seed=seed, vocab_size=shape.vocab_size)
+        rates.append(rec.num_core_calls / rec.wall_s)
+        walls.append(rec.wall_s)
+        loop_rates.append(simpy_loop_rate(len(rec.steps)))
+    rate, loop_rate = statistics.median(rates), statistics.median(loop_rates)
+    return {
+        "arm": arm,
+        "num_requests": len(rec.requests),
+        "num_steps": len(rec.steps),
+        "num_core_calls": rec.num_core_calls,
+        "num_tokens": len(rec.tokens),
+        "simulated_s": rec.steps[-1].end_s,
+        "wall_s": walls,
+        "core_calls_s": rates,
+        "median_core_calls_s": rate,
+        "median_steps_s": len(rec.steps) / statistics.median(walls),
+        "simpy_loop_timeouts_s": loop_rate,
+        "ratio_to_simpy_loop": rate / loop_rate,
+    }
+
+
+def _git(*args: str) -> str | None:
+    try:
+        out = subprocess.run(["git", *args], capture_output=True, text=True, check=True)
+    except (OSError, subprocess.CalledProcessError):
+        return None
+    return out.stdout.strip()
+
+
+def environment() -> dict[str, Any]:
+    import pandas
+    import pydantic
+
+    return {
+        "python": sys.version.split()[0],
+        "simpy": simpy.__version__,
+        "numpy": np.__version__,
+        "pandas": pandas.__version__,
+        "pydantic": pydantic.__version__,
+        "platform": platform.platform(),
+        "machine": platform.machine(),
+        "processor": platform.processor(),
+        "cpu_count": os.cpu_count(),
+        "git_commit": _git("rev-parse", "HEAD"),
+        "git_dirty": bool(_git("status", "--porcelain", "--untracked-files=no")),
+        "command": " ".join([sys.executable, "-m", "tools.bench", *sys.argv[1:]]),
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m tools.bench", description=__doc__)
+    parser.add_argument("--num-requests", type=int, default=2000)
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--arms", nargs="+", default=["atomic", "per_depth", "mixed"])
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--out", type=Path, default=Path("results/bench"))
+    args = parser.parse_args(argv)
+    if args.num_requests < 1 or args.repeats < 1:
+        parser.error("--num-requests and --repeats must be >= 1")
+
+    print(f"simulating {args.num_requests} poisson requests on {MODEL}/h200 roofline, "
+          f"median of {args.repeats} runs per arm (target {TARGET_CORE_CALLS_S:,} core calls/s)")
+    print(f"{'arm':<10} {'core calls':>10} {'steps':>8} {'wall s':>7} {'calls/s':>9} "
+          f"{'steps/s':>9} {'simpy loop/s':>12} {'ratio':>6}")
+    arms = []
+    for arm in args.arms:
+        r = bench_arm(arm, args.num_requests, args.repeats, args.seed)
+        arms.append(r)
+        print(f"{arm:<10} {r['num_core_calls']:>10,} {r['num_steps']:>8,} "
+              f"{statistics.median(r['wall_s']):>7.2f} {r['median_core_calls_s']:>9,.0f} "
+              f"{r['median_steps_s']:>9,.0f} {r['simpy_loop_timeouts_s']:>12,.0f} "
+              f"{r['ratio_to_simpy_loop']:>6.3f}")
+    result = {
+        "model": MODEL, "hardware": "h200", "cost": "roofline",
+        "workload": {**WORKLOAD, "num_requests": args.num_requests},
+        "scheduler": SCHEDULER, "num_blocks": NUM_BLOCKS, "seed": args.seed,
+        "repeats": args.repeats, "target_core_calls_s": TARGET_CORE_CALLS_S, "arms": arms,
+        "min_median_core_calls_s": min(a["median_core_calls_s"] for a in arms),
+    }
+    stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
+    args.out.mkdir(parents=True, exist_ok=True)
+    final = args.out / stamp
+    tmp = Path(tempfile.mkdtemp(prefix=f".{stamp}-", dir=args.out))
+    try:
+        (tmp / "bench.json").write_text(json.dumps(result, indent=2) + "\n")
+        (tmp / "env.json").write_text(json.dumps(environment(), indent=2) + "\n")
+        tmp.rename(final)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    print(f"wrote {final}/bench.json")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
