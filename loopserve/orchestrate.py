@@ -59,6 +59,7 @@ class Plan:
     runs: list[RunSpec]
     reference_point_id: int
     costs: dict[int, Any] = field(default_factory=dict)  # point_id -> CostModel (sim only)
+    real: Any = None  # loopserve.realtime.RealTarget, built on the first real run
 
 
 def plan_runs(scn: Scenario, target: str) -> Plan:
@@ -66,7 +67,9 @@ def plan_runs(scn: Scenario, target: str) -> Plan:
     if target not in TARGETS:
         raise UserError("--target", f"unknown target {target!r}; use one of {'|'.join(TARGETS)}")
     if target != "sim":
-        _require_real_engine()
+        from loopserve.realtime import check_target
+
+        check_target(target)
     shape = model_shape(scn.model)
     points = expand(scn)
     ref = reference_point(
@@ -100,6 +103,9 @@ def execute(plan: Plan, *, progress: bool = True) -> list[RunResult]:
 
     by_id = {p.point_id: p for p in plan.points}
     runner = _run_sim if plan.target == "sim" else _run_real
+    if plan.target != "sim" and plan.scenario.runner.warmup and plan.runs:
+        first = plan.runs[0]
+        runner(plan, by_id[first.point_id], first)  # discarded: first-run costs are not data
     results = []
     bar = tqdm(plan.runs, desc=f"{plan.scenario.name} [{plan.target}]", unit="run",
                file=sys.stderr, disable=not progress, leave=False)
@@ -171,17 +177,9 @@ def _run_sim(plan: Plan, point: SweepPoint, spec: RunSpec) -> RunRecords:
     )
 
 
-def _require_real_engine() -> None:
-    try:
-        import engine.llm  # noqa: F401
-    except ImportError as err:
-        raise UserError(
-            "--target", f"the real engine is not available ({err}); use --target sim"
-        ) from None
-
-
 def _run_real(plan: Plan, point: SweepPoint, spec: RunSpec) -> RunRecords:
-    from loopserve.realtime import run_real
+    if plan.real is None:
+        from loopserve.realtime import RealTarget
 
-    return run_real(plan.scenario.model, plan.target, point.scenario, spec.cfg, spec.seed,
-                    build_source(point.scenario, spec.seed, plan.shape))
+        plan.real = RealTarget(plan.scenario, plan.target)
+    return plan.real.run(spec.cfg, build_source(point.scenario, spec.seed, plan.shape), spec.seed)

@@ -1,4 +1,4 @@
-"""The step timeline: one lane per arm (and run), stacked on a shared time axis.
+"""The step timeline: one lane per arm (and run), stacked on a shared time axis per run.
 
 Each step is a bar coloured by its kind; the injected prompts' TTFT spans (arrival -> first
 token) are drawn above the bars, and the output tokens of the other requests as ticks below,
@@ -75,12 +75,21 @@ def timeline_figure(runs: Sequence[RunData]) -> Figure:
     """Stacked per-arm timelines at each run's reference point, first repeat."""
     multi = len(runs) > 1
     series = [(run, arm) for run in runs for arm in run.arms]
-    start, stop, zoomed = _window(series)
-    fig, axes = plt.subplots(len(series), 1, sharex=True, squeeze=False,
-                             figsize=(13, 1.3 * len(series) + 1.6), layout="constrained")
+    # lanes of one run share a time window; runs (e.g. sim vs cpu) each get their own
+    windows = {id(run): _window([(run, arm) for arm in run.arms]) for run in runs}
+    fig, axes = plt.subplots(len(series), 1, squeeze=False,
+                             figsize=(13, 1.3 * len(series) + 1.0 + 0.5 * len(runs)),
+                             layout="constrained")
     scale = 1e3  # ms on the axis
     any_injected = False
-    for ax, (run, arm) in zip(axes[:, 0], series, strict=True):
+    for i, (ax, (run, arm)) in enumerate(zip(axes[:, 0], series, strict=True)):
+        start, stop, zoomed = windows[id(run)]
+        ax.set_xlim(start * scale, stop * scale)
+        if i + 1 < len(series) and series[i + 1][0] is run:
+            ax.tick_params(labelbottom=False)
+        else:
+            what = f"{run.label}: time (ms" if multi else "time (ms"
+            ax.set_xlabel(what + (f", {zoomed})" if zoomed else ")"))
         pid = run.reference_point_id
         steps = _first_repeat(run.steps, arm, pid)
         steps = steps[(steps["end_s"] >= start) & (steps["start_s"] <= stop)]
@@ -111,8 +120,6 @@ def timeline_figure(runs: Sequence[RunData]) -> Figure:
                       fontsize=9)
         for side in ("top", "right", "left"):
             ax.spines[side].set_visible(False)
-    axes[-1, 0].set_xlim(start * scale, stop * scale)
-    axes[-1, 0].set_xlabel("time (ms" + (f", {zoomed})" if zoomed else ")"))
     handles = [Patch(color=c, label=KIND_LABELS[k]) for k, c in KIND_COLORS.items()]
     if any_injected:
         handles.append(Line2D([], [], color="black", marker="|",

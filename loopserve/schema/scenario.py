@@ -129,6 +129,14 @@ class SloSpec(StrictModel):
     ttft_p99_ms: float | None = Field(default=None, gt=0)
 
 
+class RunnerSpec(StrictModel):
+    """Real-engine settings (``--target cpu|cuda``); the simulator ignores them."""
+
+    attention_backend: str = "torch"
+    dtype: Literal["float32", "bfloat16", "float16"] | None = None  # None: fp32 cpu, bf16 cuda
+    warmup: bool = True  # one untimed run of the first arm first (allocator, kernels, caches)
+
+
 class Scenario(StrictModel):
     """One scenario file. ``arms`` are canonical names after validation."""
 
@@ -147,6 +155,7 @@ class Scenario(StrictModel):
     sweep: dict[str, list[Scalar]] | None = None
     variants: dict[str, dict[str, Scalar]] | None = None
     slo: SloSpec | None = None
+    runner: RunnerSpec = Field(default_factory=RunnerSpec)
 
     @field_validator("arms")
     @classmethod

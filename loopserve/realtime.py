@@ -1,0 +1,59 @@
+"""Real-engine targets (``--target cpu|cuda``): the scenario on ``engine.llm.run_realtime``.
+
+Imported lazily, so the simulator path never loads torch. The model is built once per target
+(preset with seeded weights from the scenario seed, or a checkpoint directory) and shared by
+every run; each run gets a fresh ModelRunner sized by its EngineConfig.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from engine.core.config import EngineConfig
+from engine.core.records import ArrivalSource, RunRecords
+from loopserve.errors import UserError
+from loopserve.schema.scenario import Scenario
+
+_DTYPES = {"float32": "float32", "bfloat16": "bfloat16", "float16": "float16"}
+
+
+def check_target(target: str) -> None:
+    """Raise a UserError when the real engine or the device is unavailable."""
+    try:
+        import torch
+
+        import engine.llm  # noqa: F401
+    except ImportError as err:
+        raise UserError(
+            "--target", f"the real engine is not available ({err}); use --target sim"
+        ) from None
+    if target == "cuda" and not torch.cuda.is_available():
+        raise UserError("--target", "cuda: no CUDA device on this machine; use cpu or sim")
+
+
+class RealTarget:
+    """Builds the model once and runs each planned run on wall-clock time."""
+
+    def __init__(self, scn: Scenario, target: str) -> None:
+        import torch
+
+        from engine.model.build import build_model, default_dtype
+
+        self.device = target
+        r = scn.runner
+        self.dtype = getattr(torch, _DTYPES[r.dtype]) if r.dtype else default_dtype(target)
+        self.attention_backend = r.attention_backend
+        try:
+            self.model = build_model(scn.model, seed=scn.seed, device=target, dtype=self.dtype)
+        except (ValueError, OSError, KeyError) as err:
+            raise UserError.from_value_error(ValueError(str(err)), "model") from None
+
+    def run(self, cfg: EngineConfig, source: ArrivalSource, seed: int) -> RunRecords:
+        from engine.llm import build_runner, run_realtime
+
+        try:
+            runner: Any = build_runner(self.model, cfg, self.device, self.dtype, seed,
+                                       self.attention_backend)
+        except ValueError as err:
+            raise UserError.from_value_error(err, "runner") from None
+        return run_realtime(cfg, source, runner)
