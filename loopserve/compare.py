@@ -56,7 +56,10 @@ def arm_ratios(run: RunData, point_id: int) -> list[dict[str, Any]]:
 
 @dataclass
 class Verdict:
-    """For one swept field and arm: the best and worst value on one metric."""
+    """For one varied field, arm and slice: the best and worst value on one metric.
+
+    ``context`` names the values the other fields are held at (empty: the reference point).
+    """
 
     field: str
     arm: str
@@ -66,6 +69,7 @@ class Verdict:
     worst: Any
     worst_value: float
     higher_is_better: bool
+    context: str = ""
 
     @property
     def tie(self) -> bool:
@@ -81,36 +85,54 @@ class Verdict:
 
 
 def field_verdicts(run: RunData) -> list[Verdict]:
-    """Verdicts for every field that varies across the run's points."""
+    """Verdicts for every field that varies across the run's points.
+
+    Variants (the options a scenario compares) are judged in every slice of the other swept
+    fields; a swept field only in the slice through the reference point.
+    """
     from loopserve.plots import swept_fields
+    from loopserve.sweep import VARIANT_KEY
 
     ref = run.point_values(run.reference_point_id)
     out = []
     for field in swept_fields(run):
-        pts = [p for p in run.points
-               if all(v == ref.get(k) for k, v in p["values"].items() if k != field)]
-        for arm in run.arms:
-            med = {m["point_id"]: m for m in run.summary["medians"]
-                   if m["arm"] == arm and m["valid"]}
-            for key, sub, label, higher in METRICS:
-                vals = [(p["values"][field], metric(med.get(p["point_id"]), key, sub))
-                        for p in pts]
-                vals = [(x, v) for x, v in vals if v is not None]
-                if len(vals) < 2:
-                    continue
-                ranked = sorted(vals, key=lambda xv: -xv[1] if higher else xv[1])
-                out.append(Verdict(field, arm, label, ranked[0][0], ranked[0][1],
-                                   ranked[-1][0], ranked[-1][1], higher))
+        slices: dict[str, list[dict[str, Any]]] = {}
+        for p in run.points:
+            others = {k: v for k, v in p["values"].items() if k != field}
+            if field != VARIANT_KEY and any(v != ref.get(k) for k, v in others.items()):
+                continue
+            label = ", ".join(f"{k}={v}" for k, v in others.items()) if field == VARIANT_KEY else ""
+            slices.setdefault(label, []).append(p)
+        for context, pts in slices.items():
+            out += _slice_verdicts(run, field, pts, context)
+    return out
+
+
+def _slice_verdicts(
+    run: RunData, field: str, pts: list[dict[str, Any]], context: str
+) -> list[Verdict]:
+    out = []
+    for arm in run.arms:
+        med = {m["point_id"]: m for m in run.summary["medians"]
+               if m["arm"] == arm and m["valid"]}
+        for key, sub, label, higher in METRICS:
+            vals = [(p["values"][field], metric(med.get(p["point_id"]), key, sub)) for p in pts]
+            vals = [(x, v) for x, v in vals if v is not None]
+            if len(vals) < 2:
+                continue
+            ranked = sorted(vals, key=lambda xv: -xv[1] if higher else xv[1])
+            out.append(Verdict(field, arm, label, ranked[0][0], ranked[0][1],
+                               ranked[-1][0], ranked[-1][1], higher, context))
     return out
 
 
 def verdict_sentences(verdicts: list[Verdict]) -> list[str]:
-    """One sentence per (field, arm): which value wins which metrics."""
-    groups: dict[tuple[str, str], list[Verdict]] = {}
+    """One sentence per (field, slice, arm): which value wins which metrics."""
+    groups: dict[tuple[str, str, str], list[Verdict]] = {}
     for v in verdicts:
-        groups.setdefault((v.field, v.arm), []).append(v)
+        groups.setdefault((v.field, v.context, v.arm), []).append(v)
     lines = []
-    for (field, arm), vs in groups.items():
+    for (field, context, arm), vs in groups.items():
         wins: dict[str, list[str]] = {}
         ties = []
         for v in vs:
@@ -124,7 +146,8 @@ def verdict_sentences(verdicts: list[Verdict]) -> list[str]:
         parts = [f"{value} is better on {', '.join(ms)}" for value, ms in wins.items()]
         if ties:
             parts.append(f"no difference (within {TIE_REL:.1%}) on {', '.join(ties)}")
-        lines.append(f"{arm}: " + "; ".join(parts) + ".")
+        where = f" at {context}" if context else ""
+        lines.append(f"{arm}{where}: " + "; ".join(parts) + ".")
     return lines
 
 

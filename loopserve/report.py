@@ -172,13 +172,13 @@ def _verdict_section(runs: Sequence[RunData]) -> str:
         for field in fields:
             fv = [v for v in verdicts if v.field == field]
             sentences = "".join(f"<li>{_e(s)}</li>" for s in verdict_sentences(fv))
-            rows = [[_e(v.arm), _e(v.metric),
+            rows = [[_e(v.arm), _e(v.context or "reference"), _e(v.metric),
                      "tie" if v.tie else _e(v.best), _num(v.best_value),
                      _e(v.worst), _num(v.worst_value), f"{v.change_pct:+.1f}%"] for v in fv]
-            parts.append(
-                f"<h3>{_e(field)}{title}</h3><ul>{sentences}</ul>"
-                + _table(["arm", "metric", "best", "median", "worst", "median", "change"],
-                         rows, left=2))
+            table = _table(["arm", "other fields", "metric", "best", "median", "worst",
+                            "median", "change"], rows, left=3)
+            parts.append(f"<h3>{_e(field)}{title}</h3><ul>{sentences}</ul>"
+                         f"<details><summary>table</summary>{table}</details>")
     if not parts:
         return ""
     return ("<h2>Which is better, on which metric</h2><p class='note'>For each varied field, "
