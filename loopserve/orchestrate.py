@@ -78,7 +78,7 @@ def plan_runs(scn: Scenario, target: str) -> Plan:
     plan = Plan(scn, target, shape, points, [], ref)
     configs: dict[tuple[int, str], EngineConfig] = {}
     for point in points:
-        context = f"point {point.point_id}: {point.label}" if scn.is_sweep else ""
+        context = f"sweep point {point.point_id}: {point.label}" if scn.is_sweep else ""
         bound = _lifetime_bound(point.scenario, shape)
         for arm in scn.arms:
             configs[point.point_id, arm] = engine_config(
@@ -134,7 +134,8 @@ def build_source(scn: Scenario, seed: int, shape: ModelShape) -> ArrivalSource:
         return build(scn.workload, seed=seed, vocab_size=shape.vocab_size,
                      exit_trace=scn.exit.trace)
     except (ValueError, OSError) as err:
-        raise UserError.from_value_error(ValueError(str(err)), "workload") from None
+        where = "workload.path" if hasattr(scn.workload, "path") else "workload"
+        raise UserError.from_value_error(ValueError(str(err)), where) from None
 
 
 def _lifetime_bound(scn: Scenario, shape: ModelShape) -> int:

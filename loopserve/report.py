@@ -181,8 +181,9 @@ def _verdict_section(runs: Sequence[RunData]) -> str:
                          f"<details><summary>table</summary>{table}</details>")
     if not parts:
         return ""
-    return ("<h2>Which is better, on which metric</h2><p class='note'>For each varied field, "
-            "other fields held at the reference point; valid medians only.</p>"
+    return ("<h2>Which is better, on which metric</h2><p class='note'>Variants are compared at "
+            "every value of the other swept fields, a swept field with the others held at the "
+            "reference point; medians of valid repeats only.</p>"
             + "".join(parts))
 
 

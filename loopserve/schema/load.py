@@ -21,6 +21,8 @@ from loopserve.schema.scenario import Scenario
 
 # Path-valued fields resolved against the scenario file's folder when not found from the cwd.
 _PATH_FIELDS = (("model",), ("cost", "profile"), ("workload", "path"))
+# pydantic's loc names the union member tried last for a sweep value of the wrong type
+_SCALAR_TAGS = ("bool", "int", "float", "str")
 
 
 def read_yaml(path: str | Path) -> dict[str, Any]:
@@ -130,6 +132,8 @@ def _user_error(err: ValidationError, data: dict[str, Any]) -> UserError:
         head, sep, rest = msg.partition(": ")
         if sep and head.replace(".", "").replace("_", "").isalnum() and " " not in head:
             loc, msg = loc + head.split("."), rest
+    elif e["loc"] and e["loc"][-1] in _SCALAR_TAGS:
+        msg = f"expected a scalar (number, string or boolean), got {e.get('input')!r}"
     elif "input" in e and kind not in ("union_tag_invalid",):
         msg = f"{msg}, got {e['input']!r}"
     field = ".".join(str(p) for p in loc) or "scenario"
