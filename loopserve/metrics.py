@@ -19,7 +19,7 @@ from operator import attrgetter
 from typing import Any
 
 import numpy as np
-import pandas as pd
+import pandas as pd  # type: ignore[import-untyped]
 
 from engine.core.records import RunRecords
 

@@ -58,9 +58,11 @@ def simpy_loop_rate(num_timeouts: int) -> float:
     return num_timeouts / (time.perf_counter() - t0)
 
 
-def bench_arm(arm: str, num_requests: int, repeats: int, seed: int) -> dict[str, Any]:
+def bench_arm(
+    arm: str, num_requests: int, repeats: int, seed: int, scheduler: dict[str, Any]
+) -> dict[str, Any]:
     shape = MODEL_SHAPES[MODEL]
-    cfg = EngineConfig(shape, SchedulerConfig(arm=arm, **SCHEDULER),
+    cfg = EngineConfig(shape, SchedulerConfig(arm=arm, **scheduler),
                        CacheConfig(num_blocks=NUM_BLOCKS))
     cost = make_cost_model("roofline", shape, hardware="h200")
     source = build_source({**WORKLOAD, "num_requests": num_requests}, seed=seed,
@@ -72,12 +74,18 @@ def bench_arm(arm: str, num_requests: int, repeats: int, seed: int) -> dict[str,
         walls.append(rec.wall_s)
         loop_rates.append(simpy_loop_rate(len(rec.steps)))
     rate, loop_rate = statistics.median(rates), statistics.median(loop_rates)
+    core_steps = [s for s in rec.steps if s.core_calls]
+    rows = sum(s.core_calls * s.num_decode_items for s in core_steps) + sum(
+        s.core_calls * s.num_prompt_tokens for s in core_steps)
+    items = sum(s.core_calls * (s.num_decode_items + s.num_prompt_items) for s in core_steps)
     return {
         "arm": arm,
         "num_requests": len(rec.requests),
         "num_steps": len(rec.steps),
         "num_core_calls": rec.num_core_calls,
         "num_tokens": len(rec.tokens),
+        "items_per_core_call": items / rec.num_core_calls,
+        "rows_per_core_call": rows / rec.num_core_calls,
         "simulated_s": rec.steps[-1].end_s,
         "wall_s": walls,
         "core_calls_s": rates,
@@ -97,7 +105,7 @@ def _git(*args: str) -> str | None:
 
 
 def environment() -> dict[str, Any]:
-    import pandas
+    import pandas  # type: ignore[import-untyped]
     import pydantic
 
     return {
@@ -122,27 +130,30 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--arms", nargs="+", default=["atomic", "per_depth", "mixed"])
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--max-num-seqs", type=int, default=SCHEDULER["max_num_seqs"],
+                        help="decode concurrency (the work per core call scales with it)")
     parser.add_argument("--out", type=Path, default=Path("results/bench"))
     args = parser.parse_args(argv)
-    if args.num_requests < 1 or args.repeats < 1:
-        parser.error("--num-requests and --repeats must be >= 1")
+    if args.num_requests < 1 or args.repeats < 1 or args.max_num_seqs < 1:
+        parser.error("--num-requests, --repeats and --max-num-seqs must be >= 1")
+    scheduler = {**SCHEDULER, "max_num_seqs": args.max_num_seqs}
 
     print(f"simulating {args.num_requests} poisson requests on {MODEL}/h200 roofline, "
           f"median of {args.repeats} runs per arm (target {TARGET_CORE_CALLS_S:,} core calls/s)")
-    print(f"{'arm':<10} {'core calls':>10} {'steps':>8} {'wall s':>7} {'calls/s':>9} "
-          f"{'steps/s':>9} {'simpy loop/s':>12} {'ratio':>6}")
+    print(f"{'arm':<10} {'core calls':>10} {'steps':>8} {'items/call':>10} {'wall s':>7} "
+          f"{'calls/s':>9} {'steps/s':>9} {'simpy loop/s':>12} {'ratio':>6}")
     arms = []
     for arm in args.arms:
-        r = bench_arm(arm, args.num_requests, args.repeats, args.seed)
+        r = bench_arm(arm, args.num_requests, args.repeats, args.seed, scheduler)
         arms.append(r)
         print(f"{arm:<10} {r['num_core_calls']:>10,} {r['num_steps']:>8,} "
-              f"{statistics.median(r['wall_s']):>7.2f} {r['median_core_calls_s']:>9,.0f} "
+              f"{r['items_per_core_call']:>10.1f} {statistics.median(r['wall_s']):>7.2f} {r['median_core_calls_s']:>9,.0f} "
               f"{r['median_steps_s']:>9,.0f} {r['simpy_loop_timeouts_s']:>12,.0f} "
               f"{r['ratio_to_simpy_loop']:>6.3f}")
     result = {
         "model": MODEL, "hardware": "h200", "cost": "roofline",
         "workload": {**WORKLOAD, "num_requests": args.num_requests},
-        "scheduler": SCHEDULER, "num_blocks": NUM_BLOCKS, "seed": args.seed,
+        "scheduler": scheduler, "num_blocks": NUM_BLOCKS, "seed": args.seed,
         "repeats": args.repeats, "target_core_calls_s": TARGET_CORE_CALLS_S, "arms": arms,
         "min_median_core_calls_s": min(a["median_core_calls_s"] for a in arms),
     }

@@ -161,8 +161,9 @@ class CalibratedCost:
                 f"cost.profile: the profile was measured for model {p.model!r} but the scenario "
                 f"uses {model!r}; use a {model} profile or set model: {p.model}"
             )
-        self._fits = {k: (tuple(v.features), tuple(v.coef), v.intercept_s)
-                      for k, v in p.stages.items()}
+        self._fits: dict[str, tuple[tuple[str, ...], tuple[float, ...], float]] = {
+            k: (tuple(v.features), tuple(v.coef), v.intercept_s) for k, v in p.stages.items()
+        }
 
     def _fit(self, batch: Batch) -> tuple[tuple[str, ...], tuple[float, ...], float]:
         kind = batch.kind_label
