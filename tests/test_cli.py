@@ -1,0 +1,136 @@
+"""`loopserve run` end to end on a tiny scenario: files, columns, determinism, table."""
+
+from __future__ import annotations
+
+import csv
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+
+from loopserve.cli import main
+from loopserve.outputs import REQUESTS_COLUMNS, STEPS_COLUMNS, TOKENS_COLUMNS
+from tests.scenario_fixtures import tiny, write_scenario
+
+EXPECTED_FILES = {
+    "scenario.yaml", "env.json", "steps.csv", "requests.csv", "tokens.csv", "summary.json",
+    "trace.json", "report.html", "timeline.png", "itl_cdf.png", "ttft.png",
+}
+METRIC_KEYS = {"ttft_ms", "tpot_ms", "itl_ms", "e2el_ms"}
+STATS = {"mean", "p50", "p90", "p99", "max"}
+
+
+@pytest.fixture(scope="module")
+def run_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    folder = tmp_path_factory.mktemp("cli")
+    path = write_scenario(folder, tiny())
+    out = folder / "run"
+    code = main(["run", str(path), "--out", str(out), "--no-progress",
+                 "--set", "workload.decode_output_tokens=12"])
+    assert code == 0
+    return out
+
+
+def header(path: Path) -> list[str]:
+    with path.open() as f:
+        return next(csv.reader(f))
+
+
+def test_outputs_exist_with_exact_columns(run_dir: Path) -> None:
+    assert EXPECTED_FILES <= {p.name for p in run_dir.iterdir()}
+    assert header(run_dir / "steps.csv") == list(STEPS_COLUMNS)
+    assert header(run_dir / "requests.csv") == list(REQUESTS_COLUMNS)
+    assert header(run_dir / "tokens.csv") == list(TOKENS_COLUMNS)
+    assert list(STEPS_COLUMNS[:3]) == ["arm", "point_id", "repeat"]
+    assert not [p for p in run_dir.parent.iterdir() if "partial" in p.name]
+
+
+def test_tables_hold_every_run(run_dir: Path) -> None:
+    with (run_dir / "requests.csv").open() as f:
+        rows = list(csv.DictReader(f))
+    keys = {(r["arm"], r["repeat"]) for r in rows}
+    assert keys == {(a, r) for a in ("atomic", "per_depth", "mixed") for r in ("0", "1")}
+    injected = [r for r in rows if r["injected"] == "True"]
+    assert len(injected) == 6 and all(r["request_id"] == "inject-0" for r in injected)
+    with (run_dir / "tokens.csv").open() as f:
+        tokens = list(csv.DictReader(f))
+    first = [t for t in tokens if t["index"] == "0"]
+    assert first and all(t["exit_depth"] == "4" for t in first)  # the first token runs all D
+    decode0 = [t for t in tokens if t["request_id"] == "decode-0" and t["arm"] == "mixed"
+               and t["repeat"] == "0"]
+    assert len(decode0) == 12  # the --set value reached the workload
+
+
+def test_summary_json_shape(run_dir: Path) -> None:
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert set(summary) == {"points", "runs", "medians"}
+    assert summary["points"] == [{"point_id": 0, "values": {}}]
+    assert len(summary["runs"]) == 6 and len(summary["medians"]) == 3
+    run = summary["runs"][0]
+    assert {"arm", "target", "point_id", "repeat", "valid", "invalid_reason", "output_tok_s",
+            "prompt_token_loops_s", "num_requests", "num_core_calls", "num_mixed_core_calls",
+            "wall_s"} | METRIC_KEYS <= set(run)
+    assert all(set(run[k]) == STATS for k in METRIC_KEYS)
+    assert run["target"] == "sim" and run["wall_s"] is None
+    med = {m["arm"]: m for m in summary["medians"]}
+    assert med["mixed"]["num_repeats"] == 2 and med["mixed"]["valid"]
+    assert med["mixed"]["num_mixed_core_calls"] > 0
+
+
+def test_resolved_scenario_and_env(run_dir: Path) -> None:
+    resolved = yaml.safe_load((run_dir / "scenario.yaml").read_text())
+    assert resolved["workload"]["decode_output_tokens"] == 12  # after --set
+    assert resolved["arms"] == ["atomic", "per_depth", "mixed"]
+    assert resolved["scheduler"]["chunk_policy"] == "reject"  # defaults written out
+    env = json.loads((run_dir / "env.json").read_text())
+    assert env["device"]["target"] == "sim" and env["device"]["simulated_hardware"] == "h200"
+    assert "--set" in env["command"] and env["versions"]["python"]
+    assert len(env["runs_wall_s"]) == 6
+    trace = json.loads((run_dir / "trace.json").read_text())
+    names = {e["args"]["name"] for e in trace["traceEvents"] if e["name"] == "process_name"}
+    assert names == {"atomic · point 0", "per_depth · point 0", "mixed · point 0"}
+
+
+def test_resolved_scenario_reruns_to_identical_bytes(
+    run_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "again"
+    assert main(["run", str(run_dir / "scenario.yaml"), "--out", str(out), "--no-progress"]) == 0
+    for name in ("summary.json", "tokens.csv", "steps.csv", "requests.csv"):
+        assert (out / name).read_bytes() == (run_dir / name).read_bytes(), name
+    printed = capsys.readouterr().out
+    assert printed.splitlines()[1].split() == ["arm", "ITL", "p50", "ITL", "p99", "TTFT", "p50",
+                                                "TTFT", "p99", "out", "tok/s", "validity"]
+    assert {line.split()[0] for line in printed.splitlines()[3:6]} == {
+        "atomic", "per_depth", "mixed"}
+    assert f"report: {out / 'report.html'}" in printed
+
+
+def test_default_destination_and_existing_out(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    path = write_scenario(tmp_path, tiny(repeats=1, arms=["A2"]))
+    assert main(["run", str(path), "--no-progress"]) == 0
+    (run,) = (tmp_path / "results" / "tiny").iterdir()
+    assert run.name.endswith("-sim") and (run / "report.html").is_file()
+    capsys.readouterr()
+    assert main(["run", str(path), "--out", str(run), "--no-progress"]) == 2
+    assert capsys.readouterr().err.startswith("loopserve: error: --out: ")
+
+
+def test_sweep_command_requires_a_sweep(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = write_scenario(tmp_path, tiny(repeats=1))
+    assert main(["sweep", str(path), "--out", str(tmp_path / "o")]) == 2
+    assert capsys.readouterr().err.startswith("loopserve: error: sweep: missing")
+    assert not (tmp_path / "o").exists()
+    code = main(["sweep", str(path), "--out", str(tmp_path / "o"), "--no-progress",
+                 "--set", "sweep.workload.decode_population=[1, 2]", "--set", "arms=[A2]"])
+    assert code == 0
+    summary = json.loads((tmp_path / "o" / "summary.json").read_text())
+    assert [p["values"] for p in summary["points"]] == [
+        {"workload.decode_population": 1}, {"workload.decode_population": 2}]
+    assert (tmp_path / "o" / "sweep_workload_decode_population.png").is_file()

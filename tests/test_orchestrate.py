@@ -1,0 +1,127 @@
+"""Run orchestration: point grid, interleaved run order, medians, validity, trace selection."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from loopserve.orchestrate import execute, plan_runs
+from loopserve.schema import load_scenario
+from loopserve.summary import build_summary, median_rows
+from loopserve.sweep import grid_values, reference_point
+from loopserve.trace_export import select_runs, trace_events
+from tests.scenario_fixtures import tiny, write_scenario
+
+
+def test_points_are_variants_times_grid_in_stable_order(tmp_path: Path) -> None:
+    data = tiny(
+        sweep={"scheduler.prefill_chunk_size": [4, 8], "workload.decode_population": [1, 2]},
+        variants={"small": {"scheduler.max_num_seqs": 3}, "big": {"scheduler.max_num_seqs": 4}},
+    )
+    scn = load_scenario(write_scenario(tmp_path, data))
+    values = grid_values(scn)
+    assert len(values) == 8
+    assert values[0] == {"variant": "small", "scheduler.prefill_chunk_size": 4,
+                         "workload.decode_population": 1}
+    assert values[1]["workload.decode_population"] == 2  # the last key varies fastest
+    assert values[2]["scheduler.prefill_chunk_size"] == 8
+    assert values[4]["variant"] == "big"
+    # the reference point matches the scenario's own values (chunk 8, population 2), first variant
+    points = [{"point_id": i, "values": v} for i, v in enumerate(values)]
+    assert reference_point(scn.model_dump(), points) == 3
+
+
+def test_runs_interleave_arms_within_each_repeat(tmp_path: Path) -> None:
+    scn = load_scenario(write_scenario(tmp_path, tiny(
+        repeats=2, sweep={"workload.decode_population": [1, 2]})))
+    plan = plan_runs(scn, "sim")
+    order = [(r.point_id, r.repeat, r.arm) for r in plan.runs]
+    arms = ["atomic", "per_depth", "mixed"]
+    assert order == [(p, r, a) for p in (0, 1) for r in (0, 1) for a in arms]
+    # repeats draw new workload seeds; arms of one repeat share them
+    assert {r.seed for r in plan.runs if r.repeat == 1} == {scn.seed + 1}
+    assert plan.runs[0].cfg.scheduler.arm == "atomic"
+
+
+def test_medians_use_valid_repeats_and_report_invalid_ones() -> None:
+    def row(repeat: int, valid: bool, itl: float, n: int) -> dict[str, Any]:
+        return {"arm": "mixed", "target": "sim", "point_id": 0, "repeat": repeat,
+                "valid": valid, "invalid_reason": None if valid else "no slot",
+                "itl_ms": {"p99": itl}, "num_requests": n, "wall_s": None}
+
+    rows = [row(0, True, 1.0, 3), row(1, False, 100.0, 9), row(2, True, 3.0, 4)]
+    (m,) = median_rows(rows, ["atomic", "mixed"])
+    assert m["itl_ms"]["p99"] == 2.0  # median of the valid 1.0 and 3.0
+    assert m["num_requests"] == 3.5
+    assert (m["valid"], m["num_valid"], m["num_repeats"]) == (False, 2, 3)
+    assert m["invalid_reason"] == "repeat 1: no slot"
+    assert m["wall_s"] is None
+    (all_bad,) = median_rows([row(0, False, 5.0, 1), row(1, False, 7.0, 1)], ["mixed"])
+    assert all_bad["itl_ms"]["p99"] == 6.0 and all_bad["num_requests"] == 1
+
+
+def test_injected_prompt_without_a_slot_makes_the_run_invalid(tmp_path: Path) -> None:
+    # 4 decoders fill max_num_seqs 4, so the injected prompt finds no free slot
+    workload = dict(tiny()["workload"], decode_population=4)
+    scn = load_scenario(write_scenario(tmp_path, tiny(workload=workload, repeats=1)))
+    plan = plan_runs(scn, "sim")
+    results = execute(plan, progress=False)
+    summary = build_summary(plan, results)
+    for run in summary["runs"]:
+        assert run["valid"] is False
+        assert "inject-0 found no free slot" in run["invalid_reason"]
+    assert all(not m["valid"] for m in summary["medians"])
+
+
+def test_mixed_arm_without_a_mixed_call_is_invalid(tmp_path: Path) -> None:
+    # a single request never shares a core call with another request's prompt work
+    workload = {"kind": "poisson", "num_requests": 1, "request_rate": 1.0,
+                "prompt_tokens": 8, "output_tokens": 2}
+    scn = load_scenario(write_scenario(tmp_path, tiny(workload=workload, arms=["A2"],
+                                                      repeats=1)))
+    plan = plan_runs(scn, "sim")
+    (result,) = execute(plan, progress=False)
+    assert result.invalid_reasons == ["mixed arm formed no mixed core call"]
+
+
+def test_valid_runs_summary_matches_records(tmp_path: Path) -> None:
+    scn = load_scenario(write_scenario(tmp_path, tiny(repeats=1)))
+    plan = plan_runs(scn, "sim")
+    results = execute(plan, progress=False)
+    summary = build_summary(plan, results)
+    assert [r["arm"] for r in summary["runs"]] == ["atomic", "per_depth", "mixed"]
+    for run, res in zip(summary["runs"], results, strict=True):
+        assert run["valid"] and run["invalid_reason"] is None
+        assert run["num_requests"] == 3  # two decoders and one injected prompt
+        assert run["num_core_calls"] == res.records.num_core_calls > 0
+        assert run["wall_s"] is None  # sim: wall time lives in env.json only
+    assert summary["runs"][2]["num_mixed_core_calls"] > 0
+    assert summary["points"] == [{"point_id": 0, "values": {}}]
+
+
+def test_trace_selection_keeps_first_repeat_and_caps_the_rest(tmp_path: Path) -> None:
+    scn = load_scenario(write_scenario(tmp_path, tiny(repeats=3)))
+    plan = plan_runs(scn, "sim")
+    results = execute(plan, progress=False)
+    per_repeat = sum(len(r.records.steps) for r in results if r.spec.repeat == 0)
+    assert len(select_runs(results, {0})) == 9
+    capped = select_runs(results, {0}, max_steps=2 * per_repeat)
+    assert sorted({r.spec.repeat for r in capped}) == [0, 1]
+    assert {r.spec.repeat for r in select_runs(results, {0}, max_steps=1)} == {0}
+    events = trace_events(results, scn.arms, {0}, max_steps=per_repeat)
+    steps = [e for e in events if e["ph"] == "X" and e.get("cat") != "ttft"]
+    assert len(steps) == per_repeat
+    assert {e["name"] for e in steps} >= {"decode", "prefill", "mixed", "prompt", "coda"}
+    ttft = [e for e in events if e.get("cat") == "ttft"]
+    assert len(ttft) == 3 and all(e["dur"] > 0 for e in ttft)
+
+
+def test_unknown_target_is_a_user_error(tmp_path: Path) -> None:
+    from loopserve.errors import UserError
+
+    scn = load_scenario(write_scenario(tmp_path, tiny()))
+    with pytest.raises(UserError) as err:
+        plan_runs(scn, "gpu")
+    assert err.value.field == "--target"
