@@ -15,6 +15,7 @@ subcommand writes its result as JSON to ``--json``.
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
 import math
 import platform
@@ -25,6 +26,7 @@ import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -76,7 +78,8 @@ def time_repeats(
             out.append(time.perf_counter() - t0)
         return out
     torch.cuda.synchronize(device)
-    events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
+    new_event = torch.cuda.Event
+    events = [(new_event(enable_timing=True), new_event(enable_timing=True))  # type: ignore[no-untyped-call]
               for _ in range(repeats)]
     for start, end in events:
         start.record()
@@ -127,15 +130,12 @@ def env_info(device: torch.device) -> dict[str, Any]:
         "cuda_available": torch.cuda.is_available(),
     }
     try:
-        import triton
-
-        info["triton"] = triton.__version__
+        info["triton"] = importlib.import_module("triton").__version__
     except ImportError:
         info["triton"] = None
     smi = _nvidia_smi()
     info["nvidia_smi"] = smi
-    if smi and "driver_version" in smi:
-        info["driver"] = smi["driver_version"]
+    info["driver"] = (smi or {}).get("driver_version")
     if device.type == "cuda":
         props = torch.cuda.get_device_properties(device)
         info.update(gpu=props.name, gpu_memory_gib=round(props.total_memory / 2**30, 1),
@@ -243,7 +243,8 @@ def time_model_core(model: Any, device: torch.device, sizes: Sizes) -> list[dict
         def call(meta: Any = meta, hidden: torch.Tensor = hidden,
                  positions: torch.Tensor = positions) -> torch.Tensor:
             backend.prepare(meta)
-            return model.recurrent(hidden, positions, kv, meta, backend)
+            y: torch.Tensor = model.recurrent(hidden, positions, kv, meta, backend)
+            return y
 
         with torch.inference_mode():
             samples = time_repeats(call, device, warmup=sizes.warmup, repeats=sizes.repeats)
@@ -272,16 +273,13 @@ def time_runner_steps(model: Any, device: torch.device, sizes: Sizes) -> list[di
         max_num_batched_tokens=prompt * max_rows, num_blocks=per_req * max_rows + 8, block_size=block,
     )
     dtype = next(model.parameters()).dtype
-    runner = None
+    runner = build_runner(model, cfg, device, dtype)
     out = []
     gen = torch.Generator().manual_seed(1)
     vocab = model.config.vocab_size
     for n in sizes.rows:
         core = EngineCore(cfg)
-        if runner is None:
-            runner = build_runner(model, core, device, dtype)
-        else:
-            runner.bind(core)
+        runner.bind(core)
         params = SamplingParams(max_tokens=max_tokens, ignore_eos=True)
         for i in range(n):
             ids = torch.randint(0, vocab, (prompt,), generator=gen).tolist()
@@ -299,7 +297,7 @@ def time_runner_steps(model: Any, device: torch.device, sizes: Sizes) -> list[di
             if timed:
                 seen += 1
             if timed and seen > sizes.warmup:
-                (step_s,), result = _timed_once(lambda b=batch: runner.execute(b), device)
+                (step_s,), result = _timed_once(partial(runner.execute, batch), device)
                 samples.append(step_s)
                 prepare.append(runner.last_prepare_s)
             else:

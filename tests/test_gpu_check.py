@@ -1,0 +1,227 @@
+"""`make gpu-check`: the CPU dry run end to end (so the script cannot rot between GPU leases),
+plus its budget, failure isolation, output limits, pytest verdicts and ratio reading."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tarfile
+import time
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from tools import gpu_check, gpu_outputs
+from tools.gpu_check import Check, StageSpec
+
+REPO = Path(__file__).resolve().parent.parent
+STAGE_NAMES = [s.name for s in gpu_check.STAGES]
+
+
+def _probe_wheel(folder: Path) -> Path:
+    """A minimal pure-Python wheel, so the offline install path runs without network."""
+    folder.mkdir()
+    path = folder / "gpucheck_probe-0.1-py3-none-any.whl"
+    info = "gpucheck_probe-0.1.dist-info"
+    files = {
+        "gpucheck_probe/__init__.py": "VALUE = 42\n",
+        f"{info}/METADATA": "Metadata-Version: 2.1\nName: gpucheck-probe\nVersion: 0.1\n",
+        f"{info}/WHEEL": "Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\n"
+                         "Tag: py3-none-any\n",
+    }
+    record = "".join(f"{name},,\n" for name in files) + f"{info}/RECORD,,\n"
+    with zipfile.ZipFile(path, "w") as zf:
+        for name, text in files.items():
+            zf.writestr(name, text)
+        zf.writestr(f"{info}/RECORD", record)
+    return path
+
+
+@pytest.fixture(scope="module")
+def dry_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[subprocess.CompletedProcess[str],
+                                                                Path]:
+    tmp = tmp_path_factory.mktemp("gpu-check")
+    _probe_wheel(tmp / "wheels")
+    out = tmp / "out"
+    env = {k: v for k, v in os.environ.items() if k != "OUT"}
+    proc = subprocess.run(
+        [sys.executable, "-m", "tools.gpu_check", "--device", "cpu", "--out", str(out),
+         "--wheels", str(tmp / "wheels")],
+        cwd=REPO, env=env, capture_output=True, text=True, timeout=300, check=False,
+    )
+    return proc, out
+
+
+def test_dry_run_runs_every_stage_and_passes(dry_run: tuple[subprocess.CompletedProcess[str],
+                                                            Path]) -> None:
+    proc, out = dry_run
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]
+    results = json.loads((out / "gpu_check.json").read_text())
+    stages = {s["name"]: s for s in results["stages"]}
+    assert list(stages) == STAGE_NAMES
+    for name in ("wheels", "env", "ceilings", "pytest", "core", "runs"):
+        assert stages[name]["status"] == "ok", stages[name]
+    assert stages["calibrate"]["status"] in ("ok", "n/a"), stages["calibrate"]
+    # The carried wheel went through the offline pip install.
+    assert "gpucheck_probe-0.1.dist-info" in results["wheels"]["installed"]
+    assert results["imports"]["torch"] and results["imports"]["simpy"]
+
+
+def test_dry_run_measures_through_the_same_code_path(
+    dry_run: tuple[subprocess.CompletedProcess[str], Path],
+) -> None:
+    _, out = dry_run
+    results = json.loads((out / "gpu_check.json").read_text())
+    ceil = results["ceilings"]
+    assert ceil["dry_run"] and "dry run" in ceil["timer"]
+    assert ceil["copy"]["bytes_per_s"] > 0 and ceil["matmul"]["tflop_per_s"] > 0
+    core = results["core"]
+    assert core["model"] == "tiny" and core["bandwidth_source"] == "measured"
+    assert core["copy_bytes_per_s"] == pytest.approx(ceil["copy"]["bytes_per_s"])
+    assert core["floor_s"] == pytest.approx(core["stack_bytes"] / core["copy_bytes_per_s"])
+    assert [r["rows"] for r in core["model_core"]] == [1, 8, 32]
+    assert [r["rows"] for r in core["runner"]] == [1, 8, 32]
+    assert all(r["median_s"] > 0 for r in core["model_core"] + core["runner"])
+
+
+def test_dry_run_outputs_fit_the_device_limits(
+    dry_run: tuple[subprocess.CompletedProcess[str], Path],
+) -> None:
+    _, out = dry_run
+    files = [p for p in out.rglob("*") if p.is_file()]
+    assert 0 < len(files) <= 8
+    assert all(p.stat().st_size <= 16 * 2**20 for p in files)
+    assert all(len(p.relative_to(out).parts) <= 3 for p in files)
+    assert gpu_outputs.limit_problems(out) == []
+    env = json.loads((out / "env.json").read_text())
+    for key in ("gpu", "gpu_memory_gib", "driver", "torch", "triton", "python", "commit",
+                "device", "dry_run"):
+        assert key in env, key
+    assert env["device"] == "cpu" and env["dry_run"] is True and env["torch"]
+
+
+def test_dry_run_packs_the_runs_and_reads_the_ratios(
+    dry_run: tuple[subprocess.CompletedProcess[str], Path],
+) -> None:
+    _, out = dry_run
+    results = json.loads((out / "gpu_check.json").read_text())
+    with tarfile.open(out / "runs.tar.gz") as tar:
+        names = tar.getnames()
+    assert "sim/summary.json" in names
+    assert results["ratios"]["simulated"]["itl_p99"] > 0
+    runs = next(s for s in results["stages"] if s["name"] == "runs")
+    if "not available" not in runs["detail"]:  # the real engine's CLI path has landed
+        assert "cpu/summary.json" in names and "report/report.html" in names
+        assert results["ratios"]["measured"]["output_tok_s"] > 0
+
+
+def test_dry_run_prints_the_table_last(
+    dry_run: tuple[subprocess.CompletedProcess[str], Path],
+) -> None:
+    proc, out = dry_run
+    lines = proc.stdout.rstrip().splitlines()
+    table = (out / "summary.txt").read_text().rstrip().splitlines()
+    assert lines[-len(table):] == table
+    assert table[0].startswith("== gpu-check DRY RUN")
+    assert any(ln.startswith("ceilings: copy") for ln in table)
+    assert lines[-1].lstrip().startswith("output tok/s")
+    assert any(ln.split()[:1] == ["32"] for ln in table)  # core call at 32 rows
+
+
+# ---- budget, isolation, helpers --------------------------------------------------------------
+def _check(tmp_path: Path, budget_s: float = 600.0, only: set[str] | None = None) -> Check:
+    return Check(device="cpu", out=tmp_path / "out", budget_s=budget_s,
+                 wheels_dir=tmp_path / "none", site_dir=tmp_path / "site", only=only)
+
+
+def test_a_stage_without_time_left_is_skipped(tmp_path: Path) -> None:
+    check = _check(tmp_path, budget_s=60.0)
+    check.run_stage(StageSpec("env", 45, 45, 5), [StageSpec("runs", 240, 120, 60)])
+    assert [(s.name, s.status) for s in check.stages] == [("env", "skipped")]
+
+
+def test_a_crashing_stage_fails_alone_and_the_exit_status_says_so(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
+) -> None:
+    check = _check(tmp_path, only={"env", "ceilings"})
+    monkeypatch.setattr(check, "stage_env", lambda cap: 1 / 0)
+    monkeypatch.setattr(check, "stage_ceilings", lambda cap: "measured")
+    assert check.run() == 1
+    status = {s.name: s.status for s in check.stages}
+    assert status["env"] == "failed" and status["ceilings"] == "ok"
+    assert status["core"] == "skipped"
+    assert "ZeroDivisionError" in check.stages[1].detail
+    assert capsys.readouterr().out.rstrip().endswith(
+        gpu_outputs.final_table(check.results).splitlines()[-1])
+
+
+def test_a_subprocess_over_its_cap_is_killed(tmp_path: Path) -> None:
+    check = _check(tmp_path)
+    t0 = time.monotonic()
+    proc = check.sh([sys.executable, "-c", "import time; print('started', flush=True); "
+                     "time.sleep(60)"], timeout=1.5)
+    assert proc.timed_out and proc.rc != 0
+    assert "started" in proc.output
+    assert time.monotonic() - t0 < 15
+
+
+def test_limit_problems_finds_each_kind(tmp_path: Path) -> None:
+    ok = tmp_path / "ok"
+    (ok / "a" / "b").mkdir(parents=True)
+    (ok / "a" / "b" / "f.txt").write_text("x")
+    assert gpu_outputs.limit_problems(ok) == []
+    bad = tmp_path / "bad"
+    (bad / "a" / "b" / "c").mkdir(parents=True)
+    (bad / "a" / "b" / "c" / "deep.txt").write_text("x")
+    for i in range(8):
+        (bad / f"f{i}.txt").write_text("x")
+    with (bad / "big.bin").open("wb") as f:
+        f.truncate(16 * 2**20 + 1)
+    (bad / "odd name.txt").write_text("x")
+    problems = "\n".join(gpu_outputs.limit_problems(bad))
+    assert "11 files" in problems
+    assert "big.bin" in problems and "deep.txt" in problems and "odd name.txt" in problems
+
+
+def test_pack_leaves_out_the_largest_members_to_fit(tmp_path: Path) -> None:
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "summary.json").write_text("{}")
+    (run / "trace.json").write_bytes(os.urandom(200_000))
+    dest = tmp_path / "runs.tar.gz"
+    assert gpu_outputs.pack(dest, {"sim": run}, max_bytes=50_000) == ["sim/trace.json"]
+    with tarfile.open(dest) as tar:
+        assert tar.getnames() == ["sim/summary.json"]
+
+
+@pytest.mark.parametrize(
+    ("rc", "counts", "cuda", "status"),
+    [
+        (0, {"tests": 3, "failures": 0, "errors": 0, "skipped": 3}, False, "ok"),
+        (5, {"tests": 0, "failures": 0, "errors": 0, "skipped": 0}, False, "ok"),
+        (0, {"tests": 3, "failures": 0, "errors": 0, "skipped": 3}, True, "failed"),
+        (5, {"tests": 0, "failures": 0, "errors": 0, "skipped": 0}, True, "failed"),
+        (0, {"tests": 3, "failures": 0, "errors": 0, "skipped": 1}, True, "ok"),
+        (1, {"tests": 3, "failures": 1, "errors": 0, "skipped": 0}, True, "failed"),
+        (1, {"tests": 3, "failures": 0, "errors": 1, "skipped": 2}, False, "failed"),
+        (2, None, False, "failed"),
+    ],
+)
+def test_pytest_verdict(rc: int, counts: dict[str, int] | None, cuda: bool, status: str) -> None:
+    assert gpu_check.pytest_verdict(rc, counts, cuda=cuda)[0] == status
+
+
+def test_ratios_come_from_the_medians(tmp_path: Path) -> None:
+    def row(arm: str, p99: float, tok_s: float) -> dict[str, object]:
+        return {"arm": arm, "point_id": 0, "itl_ms": {"p99": p99}, "output_tok_s": tok_s}
+
+    path = tmp_path / "summary.json"
+    path.write_text(json.dumps({"medians": [row("atomic", 10.0, 100.0),
+                                            row("per_depth", 7.0, 110.0),
+                                            row("mixed", 4.0, 125.0)]}))
+    assert gpu_outputs.a2_a0_ratios(path) == {"itl_p99": 0.4, "output_tok_s": 1.25}
+    path.write_text(json.dumps({"medians": [row("atomic", 10.0, 100.0)]}))
+    assert gpu_outputs.a2_a0_ratios(path) == {"itl_p99": None, "output_tok_s": None}

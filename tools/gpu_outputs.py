@@ -1,0 +1,144 @@
+"""Pure helpers of ``tools.gpu_check``: the device machine's output limits, packing run
+folders, reading A2/A0 ratios from ``summary.json`` and the final table. Standard library only
+(the GPU image runs this before any wheel is installed).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import tarfile
+from pathlib import Path
+from typing import Any
+
+# What comes back from $OUT on the device machine (/work/.library/device/README.md).
+MAX_FILES = 8
+MAX_FILE_BYTES = 16 * 2**20
+MAX_DEPTH = 2  # folders below $OUT
+_NAME = re.compile(r"^[A-Za-z0-9._-]+$")
+
+
+def limit_problems(out: Path) -> list[str]:
+    """Every way ``out`` breaks the limits: file count, file size, folder depth, names."""
+    problems = []
+    files = [p for p in sorted(out.rglob("*")) if not p.is_dir()]
+    if len(files) > MAX_FILES:
+        problems.append(f"{len(files)} files (at most {MAX_FILES})")
+    for p in sorted(out.rglob("*")):
+        rel = p.relative_to(out)
+        if not _NAME.match(p.name):
+            problems.append(f"{rel}: name has characters other than letters, digits, . _ -")
+        if p.is_symlink() or not (p.is_file() or p.is_dir()):
+            problems.append(f"{rel}: not a plain file or folder")
+        elif p.is_file():
+            if p.stat().st_size > MAX_FILE_BYTES:
+                problems.append(f"{rel}: {p.stat().st_size} bytes (at most {MAX_FILE_BYTES})")
+            if len(rel.parts) - 1 > MAX_DEPTH:
+                problems.append(f"{rel}: {len(rel.parts) - 1} folders deep (at most {MAX_DEPTH})")
+    return problems
+
+
+def pack(dest: Path, folders: dict[str, Path], max_bytes: int = MAX_FILE_BYTES) -> list[str]:
+    """Pack ``folders`` (arcname -> path) into the .tar.gz ``dest``. When it comes out over
+    ``max_bytes``, the largest members are left out one by one until it fits; returns the
+    left-out member names."""
+    members: list[tuple[str, Path]] = []
+    for arc, folder in folders.items():
+        for p in sorted(folder.rglob("*")):
+            if p.is_file() and not p.is_symlink():
+                members.append((f"{arc}/{p.relative_to(folder)}", p))
+    left_out: list[str] = []
+    while True:
+        with tarfile.open(dest, "w:gz") as tar:
+            for arc, p in members:
+                tar.add(p, arcname=arc)
+        if dest.stat().st_size <= max_bytes or not members:
+            return left_out
+        biggest = max(members, key=lambda m: m[1].stat().st_size)
+        members.remove(biggest)
+        left_out.append(biggest[0])
+
+
+def find_run_dir(root: Path) -> Path | None:
+    """The run folder under ``root`` (the one holding summary.json), or None."""
+    hits = sorted(root.rglob("summary.json"))
+    return hits[0].parent if hits else None
+
+
+def _arm_of(name: str) -> str:
+    return {"a0": "atomic", "a1": "per_depth", "a2": "mixed"}.get(name.lower(), name.lower())
+
+
+def _metric(row: dict[str, Any], key: str, stat: str | None) -> float | None:
+    value = row.get(key)
+    if stat is not None:
+        value = value.get(stat) if isinstance(value, dict) else None
+    return float(value) if isinstance(value, (int, float)) else None
+
+
+def a2_a0_ratios(summary_path: Path) -> dict[str, float | None]:
+    """A2/A0 of ITL p99 and output tok/s from summary.json's medians (first point)."""
+    doc = json.loads(summary_path.read_text())
+    rows = doc.get("medians") or doc.get("runs") or []
+    point = min((r.get("point_id", 0) for r in rows), default=0)
+    by_arm = {_arm_of(str(r.get("arm"))): r for r in rows if r.get("point_id", 0) == point}
+    out: dict[str, float | None] = {"itl_p99": None, "output_tok_s": None}
+    a0, a2 = by_arm.get("atomic"), by_arm.get("mixed")
+    if a0 is None or a2 is None:
+        return out
+    for name, key, stat in (("itl_p99", "itl_ms", "p99"), ("output_tok_s", "output_tok_s", None)):
+        num, den = _metric(a2, key, stat), _metric(a0, key, stat)
+        out[name] = num / den if num is not None and den else None
+    return out
+
+
+def _fmt(value: float | None, spec: str, scale: float = 1.0) -> str:
+    return "n/a" if value is None else format(value * scale, spec)
+
+
+def _ratio(value: float | None, floor: float | None) -> str:
+    return "n/a" if value is None or not floor else f"{value / floor:.2f}x"
+
+
+def final_table(results: dict[str, Any]) -> str:
+    """The short table printed last: stage status, the ceilings, core call times against the
+    floor, and measured vs simulated A2/A0 ratios."""
+    env = results.get("env") or {}
+    dry = results.get("device") != "cuda"
+    title = "gpu-check" + (" DRY RUN (cpu, tiny sizes: plumbing check, not GPU figures)"
+                           if dry else f" on {env.get('gpu') or 'cuda'}")
+    lines = [f"== {title}; commit {str(results.get('commit'))[:12]}, {results.get('date')} =="]
+    lines.append(f"{'stage':<10} {'status':<8} {'time':>7}  detail")
+    for st in results.get("stages", []):
+        lines.append(f"{st['name']:<10} {st['status']:<8} {st['seconds']:>6.1f}s  "
+                     f"{st['detail'][:90]}")
+    ceil = results.get("ceilings") or {}
+    copy, mm = ceil.get("copy") or {}, ceil.get("matmul") or {}
+    lines.append(
+        f"ceilings: copy {_fmt(copy.get('tb_per_s'), '.3f')} TB/s (read+write), "
+        f"bf16 matmul {mm.get('n', '?')}^3 {_fmt(mm.get('tflop_per_s'), '.1f')} TFLOP/s"
+        f"  [{ceil.get('timer', 'not measured')}]"
+    )
+    core = results.get("core") or {}
+    floor = core.get("floor_s")
+    lines.append(
+        f"core call ({core.get('model', '?')} {core.get('dtype', '?')}): weight floor "
+        f"{_fmt(floor, '.4f', 1e3)} ms = {_fmt(core.get('stack_bytes'), '.4g', 1e-9)} GB / "
+        f"{_fmt(core.get('copy_bytes_per_s'), '.3f', 1e-12)} TB/s "
+        f"({core.get('bandwidth_source', 'n/a')})"
+    )
+    lines.append(f"  {'rows':>4}  {'model ms':>9} {'x floor':>8}  {'runner ms':>9} {'x floor':>8}")
+    model_rows = {r["rows"]: r for r in core.get("model_core") or []}
+    runner_rows = {r["rows"]: r for r in core.get("runner") or []}
+    for n in sorted(set(model_rows) | set(runner_rows)) or [1, 8, 32]:
+        m = (model_rows.get(n) or {}).get("median_s")
+        r = (runner_rows.get(n) or {}).get("median_s")
+        lines.append(f"  {n:>4}  {_fmt(m, '.3f', 1e3):>9} {_ratio(m, floor):>8}  "
+                     f"{_fmt(r, '.3f', 1e3):>9} {_ratio(r, floor):>8}")
+    ratios = results.get("ratios") or {}
+    real, sim = ratios.get("measured") or {}, ratios.get("simulated") or {}
+    label = "measured (cuda)" if not dry else "measured (cpu)"
+    lines.append(f"A2/A0        {label:>16} {'simulated':>10}")
+    for name, key in (("ITL p99", "itl_p99"), ("output tok/s", "output_tok_s")):
+        lines.append(f"  {name:<12} {_fmt(real.get(key), '.3f'):>14} {_fmt(sim.get(key), '.3f'):>10}")
+    return "\n".join(lines)
