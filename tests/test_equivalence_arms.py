@@ -100,3 +100,29 @@ def test_seeded_sampling_is_batch_invariant_and_seed_sensitive() -> None:
     reseeded = [SamplingParams(max_tokens=8, temperature=1.0, seed=6)] * 3
     other = outputs_key(make_llm(model, "mixed").generate(prompts, reseeded))
     assert other[0][0] != batched[0][0]
+
+
+VARIANTS = {
+    "prompt_shortcut": ("mixed", dict(prompt_shortcut=True)),
+    "incremental_a0": ("atomic", dict(incremental_allocation=True)),
+    "incremental_a2": ("mixed", dict(incremental_allocation=True)),
+    "derived_chunk": ("mixed", dict(chunk_policy="derive", max_num_batched_tokens=10)),
+    "coda_batching": ("per_depth", dict(min_coda_batch_size=3)),
+    "two_prefills_per_decode": ("atomic", dict(max_prefill_batches_before_decode=2)),
+    "small_blocks": ("mixed", dict(block_size=1, num_blocks=600)),
+}
+
+
+@pytest.mark.parametrize("variant", list(VARIANTS))
+def test_scheduler_and_cache_variants_match_serial(variant: str) -> None:
+    arm, kw = VARIANTS[variant]
+    model = tiny_model(gate_std=0.6)
+    exit_cfg = MODES["trace"]
+    params = _params("trace")
+    llm = make_llm(model, arm, exit_cfg, **kw)
+    log = _BatchLog(llm)
+    got = outputs_key(llm.generate(PROMPTS, params))
+    assert got == serial(model, PROMPTS, params, exit_cfg)
+    assert llm.core.kv.num_used_blocks == 0
+    if variant == "prompt_shortcut":
+        assert any(b.stage.value == "PREFILL" and b.core_calls > 1 for b in log.batches)
