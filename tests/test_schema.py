@@ -190,3 +190,19 @@ def test_trace_path_resolves_next_to_the_scenario(tmp_path: Path) -> None:
     path = write_scenario(sub, tiny(workload={"kind": "trace", "path": "t.csv"}))
     scn = load_scenario(path)
     assert Path(scn.workload.path) == (sub / "t.csv").resolve()
+
+
+SCENARIOS = sorted((Path(__file__).resolve().parent.parent / "scenarios").glob("*.yaml"))
+
+
+@pytest.mark.parametrize("path", SCENARIOS, ids=[p.stem for p in SCENARIOS])
+def test_shipped_scenarios_plan_cleanly(path: Path) -> None:
+    from loopserve.orchestrate import plan_runs
+
+    scn = load_scenario(path)
+    plan = plan_runs(scn, "sim")
+    assert len(plan.runs) == len(plan.points) * scn.repeats * len(scn.arms)
+    if scn.arms.count("mixed"):
+        cfg = next(r.cfg for r in plan.runs if r.arm == "mixed")
+        s = cfg.scheduler
+        assert s.effective_chunk_size + s.max_num_seqs - 1 <= s.max_num_batched_tokens
