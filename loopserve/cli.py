@@ -142,9 +142,9 @@ def cmd_report(run_dirs: Sequence[str], out: str | None) -> int:
     import tempfile
 
     from loopserve.report import make_figures, render_html
-    from loopserve.rundata import load_run
+    from loopserve.rundata import RunData, load_run
 
-    runs = []
+    runs: list[RunData] = []
     for d in run_dirs:
         run = load_run(d)
         if sum(Path(x).name == Path(d).name for x in run_dirs) > 1:

@@ -116,8 +116,11 @@ def _slice_verdicts(
         med = {m["point_id"]: m for m in run.summary["medians"]
                if m["arm"] == arm and m["valid"]}
         for key, sub, label, higher in METRICS:
-            vals = [(p["values"][field], metric(med.get(p["point_id"]), key, sub)) for p in pts]
-            vals = [(x, v) for x, v in vals if v is not None]
+            vals: list[tuple[Any, float]] = []
+            for p in pts:
+                v = metric(med.get(p["point_id"]), key, sub)
+                if v is not None:
+                    vals.append((p["values"][field], v))
             if len(vals) < 2:
                 continue
             ranked = sorted(vals, key=lambda xv: -xv[1] if higher else xv[1])

@@ -183,4 +183,7 @@ def _run_real(plan: Plan, point: SweepPoint, spec: RunSpec) -> RunRecords:
         from loopserve.realtime import RealTarget
 
         plan.real = RealTarget(plan.scenario, plan.target)
-    return plan.real.run(spec.cfg, build_source(point.scenario, spec.seed, plan.shape), spec.seed)
+    records: RunRecords = plan.real.run(
+        spec.cfg, build_source(point.scenario, spec.seed, plan.shape), spec.seed
+    )
+    return records

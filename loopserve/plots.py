@@ -60,7 +60,7 @@ def itl_ms(tokens: pd.DataFrame, arm: str, point_id: int) -> np.ndarray:
     df = tokens[(tokens["arm"] == arm) & (tokens["point_id"] == point_id)]
     df = df.sort_values(["repeat", "request_id", "index"])
     gaps = df.groupby(["repeat", "request_id"], sort=False)["time_s"].diff().dropna()
-    return gaps.to_numpy() * 1e3
+    return np.asarray(gaps.to_numpy(dtype=float) * 1e3)
 
 
 def ttft_ms(requests: pd.DataFrame, arm: str, point_id: int) -> tuple[np.ndarray, np.ndarray]:

@@ -10,12 +10,14 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+import matplotlib.pyplot as plt
 import pandas as pd
+from matplotlib.artist import Artist
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 from matplotlib.patches import Patch
 
-from loopserve.plots import plt
+from loopserve.plots import png_bytes  # noqa: F401  (selects the Agg backend first)
 from loopserve.rundata import RunData
 
 KIND_COLORS = {
@@ -120,7 +122,7 @@ def timeline_figure(runs: Sequence[RunData]) -> Figure:
                       fontsize=9)
         for side in ("top", "right", "left"):
             ax.spines[side].set_visible(False)
-    handles = [Patch(color=c, label=KIND_LABELS[k]) for k, c in KIND_COLORS.items()]
+    handles: list[Artist] = [Patch(color=c, label=KIND_LABELS[k]) for k, c in KIND_COLORS.items()]
     if any_injected:
         handles.append(Line2D([], [], color="black", marker="|",
                               label="injected prompt: arrival → first token"))

@@ -40,13 +40,13 @@ def _scheduler_fields(optional: bool) -> dict[str, Any]:
     return out
 
 
-SchedulerSpec = create_model(  # type: ignore[call-overload]
+SchedulerSpec: type[StrictModel] = create_model(
     "SchedulerSpec",
     __base__=StrictModel,
     __doc__="SchedulerConfig fields shared by all arms (defaults are the core's).",
     **_scheduler_fields(optional=False),
 )
-SchedulerOverride = create_model(  # type: ignore[call-overload]
+SchedulerOverride: type[StrictModel] = create_model(
     "SchedulerOverride",
     __base__=StrictModel,
     __doc__="Per-arm scheduler values that replace the shared ones.",
