@@ -92,13 +92,20 @@ def test_resolved_scenario_and_env(run_dir: Path) -> None:
     assert names == {"atomic · point 0", "per_depth · point 0", "mixed · point 0"}
 
 
-def test_resolved_scenario_reruns_to_identical_bytes(
+def test_same_scenario_and_seed_give_identical_bytes(
     run_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
+    original = run_dir.parent / "scenario.yaml"
+    same = tmp_path / "same"
+    assert main(["run", str(original), "--out", str(same), "--no-progress",
+                 "--set", "workload.decode_output_tokens=12"]) == 0
+    # the resolved scenario.yaml reruns to the same bytes too
     out = tmp_path / "again"
     assert main(["run", str(run_dir / "scenario.yaml"), "--out", str(out), "--no-progress"]) == 0
-    for name in ("summary.json", "tokens.csv", "steps.csv", "requests.csv"):
-        assert (out / name).read_bytes() == (run_dir / name).read_bytes(), name
+    for folder in (same, out):
+        for name in ("summary.json", "tokens.csv", "steps.csv", "requests.csv"):
+            assert (folder / name).read_bytes() == (run_dir / name).read_bytes(), name
+    assert (same / "env.json").read_bytes() != (run_dir / "env.json").read_bytes()
     printed = capsys.readouterr().out
     assert printed.splitlines()[1].split() == ["arm", "ITL", "p50", "ITL", "p99", "TTFT", "p50",
                                                 "TTFT", "p99", "out", "tok/s", "validity"]
