@@ -93,7 +93,10 @@ class Batch:
     """Recurrent-core traversals this step costs (0 for PRELUDE and CODA)."""
 
     def __post_init__(self) -> None:
-        runs_core = self.stage in (Stage.PREFILL, Stage.RECURRENT)
+        if self.stage is Stage.PRELUDE or self.stage is Stage.CODA:
+            self.num_decode_items = len(self.items)  # one row each, no core call
+            return
+        runs_core = True
         for it in self.items:
             if it.kind is ItemKind.DECODE:
                 self.num_decode_items += 1

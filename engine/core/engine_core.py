@@ -20,6 +20,8 @@ from engine.core.request import PromptItem, Request, SamplingParams, Stage
 from engine.core.results import CodaResult, RecurrentResult, StepResult, TokenEvent, result_matches
 from engine.core.scheduler import Scheduler
 
+_NO_HOUSEKEEPING = Housekeeping()
+
 
 class StaleResultError(ValueError):
     """A result that does not fit the batch it claims to answer."""
@@ -157,11 +159,10 @@ class EngineCore:
     def take_housekeeping(self) -> Housekeeping:
         """Finalize copies and releases pending since the last batch (drivers call this at
         drain so the runner frees everything)."""
-        hk = Housekeeping(
-            tuple(self._finalize),
-            self.prompt_states.take_released(),
-            tuple(self._released_requests),
-        )
+        released = self.prompt_states.take_released()
+        if not (self._finalize or released or self._released_requests):
+            return _NO_HOUSEKEEPING
+        hk = Housekeeping(tuple(self._finalize), released, tuple(self._released_requests))
         self._finalize.clear()
         self._released_requests.clear()
         return hk

@@ -38,5 +38,7 @@ class PromptStatePool:
         return len(self._live)
 
     def take_released(self) -> tuple[PromptStateHandle, ...]:
+        if not self._released:
+            return ()
         out, self._released = tuple(self._released), []
         return out
