@@ -14,11 +14,12 @@ from pathlib import Path
 
 import pytest
 
-from tools import gpu_check, gpu_outputs
-from tools.gpu_check import Check, StageSpec
+from tools import gpu_outputs, gpu_stages
+from tools.gpu_check import Check
+from tools.gpu_stages import StageSpec
 
 REPO = Path(__file__).resolve().parent.parent
-STAGE_NAMES = [s.name for s in gpu_check.STAGES]
+STAGE_NAMES = [s.name for s in gpu_stages.STAGES]
 
 
 def _probe_wheel(folder: Path) -> Path:
@@ -137,18 +138,25 @@ def _check(tmp_path: Path, budget_s: float = 600.0, only: set[str] | None = None
                  wheels_dir=tmp_path / "none", site_dir=tmp_path / "site", only=only)
 
 
-def test_a_stage_without_time_left_is_skipped(tmp_path: Path) -> None:
-    check = _check(tmp_path, budget_s=60.0)
+def test_a_stage_without_time_left_is_skipped(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(gpu_stages, "env", lambda c, cap: f"ran with cap {cap:.0f}")
+    check = _check(tmp_path, budget_s=68.0)
     check.run_stage(StageSpec("env", 45, 45, 5), [StageSpec("runs", 240, 120, 60)])
     assert [(s.name, s.status) for s in check.stages] == [("env", "skipped")]
+    # With the later stage left out by --only, its reserve is free again.
+    check = _check(tmp_path, budget_s=68.0, only={"env"})
+    check.run_stage(StageSpec("env", 45, 45, 5), [StageSpec("runs", 240, 120, 60)])
+    assert (check.stages[0].status, check.stages[0].detail) == ("ok", "ran with cap 45")
 
 
 def test_a_crashing_stage_fails_alone_and_the_exit_status_says_so(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
 ) -> None:
     check = _check(tmp_path, only={"env", "ceilings"})
-    monkeypatch.setattr(check, "stage_env", lambda cap: 1 / 0)
-    monkeypatch.setattr(check, "stage_ceilings", lambda cap: "measured")
+    monkeypatch.setattr(gpu_stages, "env", lambda c, cap: 1 / 0)
+    monkeypatch.setattr(gpu_stages, "ceilings", lambda c, cap: "measured")
     assert check.run() == 1
     status = {s.name: s.status for s in check.stages}
     assert status["env"] == "failed" and status["ceilings"] == "ok"
@@ -211,7 +219,7 @@ def test_pack_leaves_out_the_largest_members_to_fit(tmp_path: Path) -> None:
     ],
 )
 def test_pytest_verdict(rc: int, counts: dict[str, int] | None, cuda: bool, status: str) -> None:
-    assert gpu_check.pytest_verdict(rc, counts, cuda=cuda)[0] == status
+    assert gpu_outputs.pytest_verdict(rc, counts, cuda=cuda)[0] == status
 
 
 def test_ratios_come_from_the_medians(tmp_path: Path) -> None:

@@ -1,5 +1,6 @@
 """Pure helpers of ``tools.gpu_check``: the device machine's output limits, packing run
-folders, reading A2/A0 ratios from ``summary.json`` and the final table. Standard library only
+folders, reading pytest's JUnit report and A2/A0 ratios from ``summary.json``, and the final
+table. Standard library only
 (the GPU image runs this before any wheel is installed).
 """
 
@@ -8,6 +9,7 @@ from __future__ import annotations
 import json
 import re
 import tarfile
+import xml.etree.ElementTree as ET
 from pathlib import Path
 from typing import Any
 
@@ -57,6 +59,35 @@ def pack(dest: Path, folders: dict[str, Path], max_bytes: int = MAX_FILE_BYTES) 
         biggest = max(members, key=lambda m: m[1].stat().st_size)
         members.remove(biggest)
         left_out.append(biggest[0])
+
+
+def junit_counts(xml: Path) -> dict[str, int]:
+    """tests/failures/errors/skipped summed over a JUnit XML file's test suites."""
+    root = ET.parse(xml).getroot()
+    suites = [root] if root.tag == "testsuite" else list(root.iter("testsuite"))
+    keys = ("tests", "failures", "errors", "skipped")
+    return {k: sum(int(s.get(k, 0)) for s in suites) for k in keys}
+
+
+def pytest_verdict(
+    rc: int, counts: dict[str, int] | None, *, cuda: bool, timed_out: bool = False
+) -> tuple[str, str]:
+    """ok/failed and a detail for ``pytest -m gpu``. Without CUDA every gpu test skips (or none
+    is collected, exit 5) and that is fine; on CUDA at least one must pass and none fail."""
+    if timed_out:
+        return "failed", "pytest -m gpu timed out"
+    if counts is None:
+        return "failed", f"pytest -m gpu exited {rc} without a report"
+    passed = counts["tests"] - counts["failures"] - counts["errors"] - counts["skipped"]
+    detail = (f"{passed} passed, {counts['skipped']} skipped, {counts['failures']} failed, "
+              f"{counts['errors']} errors")
+    if counts["failures"] or counts["errors"] or rc not in (0, 5):
+        return "failed", f"pytest -m gpu exited {rc}: {detail}"
+    if cuda and passed == 0:
+        return "failed", f"no gpu test passed on CUDA ({detail})"
+    if rc == 5 or counts["tests"] == 0:
+        return "ok", "no gpu tests collected"
+    return "ok", detail + ("" if cuda else " (no CUDA: gpu tests skip)")
 
 
 def find_run_dir(root: Path) -> Path | None:
