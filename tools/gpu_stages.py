@@ -35,6 +35,9 @@ REQUIRED_IMPORTS = ("simpy", "pydantic", "yaml", "numpy", "pandas", "matplotlib"
 OPTIONAL_IMPORTS = ("triton", "hypothesis")
 # A module of this project that is missing means the piece has not landed yet (not a failure).
 _NOT_LANDED = re.compile(r"No module named '((?:engine|sim|loopserve|kernels)(?:\.\w+)*)'")
+# A time-budget option of `loopserve calibrate`, if it offers one, gets the stage's cap.
+_BUDGET_FLAG = re.compile(r"(--(?:budget|time-limit|max-time)[\w-]*)")
+
 
 @dataclass(frozen=True)
 class StageSpec:
@@ -56,18 +59,20 @@ STAGES = (
     StageSpec("calibrate", 120, 60, 20),
 )
 
+
 def wheels(c: Check, cap: float) -> str:
-    wheels = sorted(c.wheels_dir.glob("*.whl")) if c.wheels_dir.is_dir() else []
+    """Install the carried wheels offline, then check the imports the project needs."""
+    files = sorted(c.wheels_dir.glob("*.whl")) if c.wheels_dir.is_dir() else []
     notes = []
-    if not wheels:
+    if not files:
         notes.append(f"no wheels in {c.wheels_dir.name}/")
     else:
-        cmd = gpu_wheels.install_command(wheels, c.site_dir)
+        cmd = gpu_wheels.install_command(files, c.site_dir)
         # Wheels are built for the GPU image's Python 3.12; elsewhere (the dry run on 3.11)
         # install them for that target without putting them on the path.
         native = sys.version_info[:2] == (3, 12)
         if not native:
-            cmd[-len(wheels):-len(wheels)] = [
+            cmd[-len(files):-len(files)] = [
                 "--only-binary=:all:", "--python-version", gpu_wheels.PYTHON_VERSION,
                 "--implementation", "cp",
                 *[a for p in gpu_wheels.PLATFORMS for a in ("--platform", p)]]
@@ -75,10 +80,10 @@ def wheels(c: Check, cap: float) -> str:
         installed = sorted(p.name for p in c.site_dir.glob("*.dist-info"))
         if native and str(c.site_dir) not in c.extra_path:
             c.extra_path.insert(0, str(c.site_dir))
-        notes.append(f"{len(wheels)} wheels -> {c.site_dir}"
+        notes.append(f"{len(files)} wheels -> {c.site_dir}"
                      + ("" if native else " (cp312 target, not on this Python's path)"))
-        c.results["wheels"] = {"files": [p.name for p in wheels], "installed": installed,
-                                  "on_path": native}
+        c.results["wheels"] = {"files": [p.name for p in files], "installed": installed,
+                               "on_path": native}
     imports = check_imports(c, cap / 2)
     missing = [m for m in REQUIRED_IMPORTS if imports.get(m) is None]
     c.say("imports: " + ", ".join(f"{m} {v or 'MISSING'}" for m, v in imports.items()))
@@ -88,7 +93,9 @@ def wheels(c: Check, cap: float) -> str:
                           "(carry them: make gpu-wheels, carry .whl)")
     return "; ".join(notes) + f"; imports ok ({opt})"
 
+
 def check_imports(c: Check, timeout: float) -> dict[str, str | None]:
+    """Module -> version (None when it does not import), as the subprocesses will see them."""
     code = (
         "import importlib, json, sys\nout = {}\n"
         f"for m in {list(REQUIRED_IMPORTS + OPTIONAL_IMPORTS)!r}:\n"
@@ -105,7 +112,9 @@ def check_imports(c: Check, timeout: float) -> dict[str, str | None]:
     c.results["imports"] = imports
     return imports
 
+
 def env(c: Check, cap: float) -> str:
+    """Device facts plus commit, imports and wheels -> env.json."""
     c.cuda_ok = c.dry  # until the device answered
     info = c.measure("env", cap)
     c.cuda_ok = bool(info.get("cuda_available")) or c.dry
@@ -120,26 +129,32 @@ def env(c: Check, cap: float) -> str:
     return (f"{gpu}, torch {info.get('torch')}, triton {info.get('triton')}, "
             f"python {info.get('python')}")
 
+
 def ceilings(c: Check, cap: float) -> str:
+    """Copy bandwidth and bf16 matmul rate, measured once."""
     need_cuda(c)
     res = c.measure("ceilings", cap)
     c.results["ceilings"] = res
     return (f"copy {res['copy']['tb_per_s']:.3f} TB/s, matmul "
             f"{res['matmul']['tflop_per_s']:.1f} TFLOP/s [{res['timer']}]")
 
+
 def pytest(c: Check, cap: float) -> str:
+    """``pytest -m gpu``, judged from its JUnit report."""
     xml = c.scratch / "pytest-gpu.xml"
     proc = c.python(["-m", "pytest", "-m", "gpu", "-q", "-p", "no:cacheprovider",
-                        f"--junitxml={xml}"], cap)
+                     f"--junitxml={xml}"], cap)
     counts = gpu_outputs.junit_counts(xml) if xml.is_file() else None
     c.results["pytest"] = {"rc": proc.rc, "counts": counts, "timed_out": proc.timed_out}
     status, detail = gpu_outputs.pytest_verdict(proc.rc, counts, cuda=not c.dry,
-                                    timed_out=proc.timed_out)
+                                                timed_out=proc.timed_out)
     if status != "ok":
         raise StageFailed(f"{detail}: {proc.tail()}")
     return detail
 
+
 def core(c: Check, cap: float) -> str:
+    """Core call times at 1/8/32 decode rows against the floor from the measured copy rate."""
     need_cuda(c)
     if importlib.util.find_spec("engine.model") is None:
         raise NotAvailable("engine.model: not available in this commit")
@@ -151,7 +166,10 @@ def core(c: Check, cap: float) -> str:
     runner = "runner ok" if res.get("runner") else res.get("runner_error", "runner: n/a")
     return f"model core ms by rows {per}; floor {res['floor_s'] * 1e3:.4f} ms; {runner}"
 
+
 def runs(c: Check, cap: float) -> str:
+    """The scenario on the device and in simulation, the side-by-side report, A2/A0 ratios;
+    the run folders packed as runs.tar.gz."""
     need_cuda(c)
     if importlib.util.find_spec("loopserve.cli") is None:
         raise NotAvailable("loopserve CLI: not available in this commit")
@@ -160,16 +178,16 @@ def runs(c: Check, cap: float) -> str:
     common = [SCENARIO] + (["--no-progress"] if "--no-progress" in helptext else [])
     if c.dry:
         common += [a for s in DRY_RUN_SETS for a in ("--set", s)]
-    runs = c.scratch / "runs"
+    root = c.scratch / "runs"
     target = "cuda" if not c.dry else "cpu"
     dirs: dict[str, Path] = {}
     notes, failures = [], []
     # The simulation is cheap: it runs inside its own slice of the cap, after the device run.
     for name, tgt, share in ((target, target, 0.75), ("sim", "sim", 0.8)):
         left = deadline - time.monotonic()
-        proc = c.loopserve(["run", *common, "--target", tgt, "--out",
-                               str(runs / name)], left * share)
-        run_dir = gpu_outputs.find_run_dir(runs / name) if (runs / name).is_dir() else None
+        proc = c.loopserve(["run", *common, "--target", tgt, "--out", str(root / name)],
+                           left * share)
+        run_dir = gpu_outputs.find_run_dir(root / name) if (root / name).is_dir() else None
         missing = _NOT_LANDED.search(proc.output)
         if proc.rc == 0 and run_dir is not None:
             dirs[name] = run_dir
@@ -184,14 +202,14 @@ def runs(c: Check, cap: float) -> str:
     }
     if len(dirs) == 2 and importlib.util.find_spec("loopserve.report") is not None:
         proc = c.loopserve(["report", str(dirs[target]), str(dirs["sim"]), "--out",
-                               str(runs / "report")], deadline - time.monotonic())
+                            str(root / "report")], deadline - time.monotonic())
         if proc.rc == 0:
             notes.append("report ok")
         else:
             failures.append(f"report {proc.describe()}")
-    if runs.is_dir() and any(runs.iterdir()):
+    if root.is_dir() and any(root.iterdir()):
         dropped = gpu_outputs.pack(c.out / "runs.tar.gz",
-                                   {p.name: p for p in sorted(runs.iterdir()) if p.is_dir()})
+                                   {p.name: p for p in sorted(root.iterdir()) if p.is_dir()})
         notes.append("packed runs.tar.gz"
                      + (f" without {', '.join(dropped)}" if dropped else ""))
     if failures:
@@ -200,7 +218,10 @@ def runs(c: Check, cap: float) -> str:
         raise NotAvailable("; ".join(notes))
     return "; ".join(notes)
 
+
 def calibrate(c: Check, cap: float) -> str:
+    """``loopserve calibrate`` once it exists; its output and any profile it wrote under
+    results/profiles/ packed as calibrate.tar.gz (a dry run puts the tree back as it was)."""
     need_cuda(c)
     if importlib.util.find_spec("loopserve.cli") is None:
         raise NotAvailable("calibrate: not available in this commit")
@@ -213,6 +234,8 @@ def calibrate(c: Check, cap: float) -> str:
     args = ["calibrate", "--target", c.device, "--model", model]
     if "--out" in helptext:
         args += ["--out", str(dest)]
+    if (flag := _BUDGET_FLAG.search(helptext)) is not None:
+        args += [flag.group(1), str(max(int(cap) - 15, 5))]
     profiles = REPO / "results" / "profiles"
     before = {p: p.read_bytes() for p in profiles.glob("*.json")} if profiles.is_dir() else {}
     proc = c.loopserve(args, cap - 5)
@@ -224,8 +247,10 @@ def calibrate(c: Check, cap: float) -> str:
         keep.mkdir(exist_ok=True)
         for p in changed:
             shutil.copy2(p, keep / p.name)
-            if c.dry:  # a dry run must not leave a tiny-model profile in the tree
-                p.write_bytes(before[p]) if p in before else p.unlink()
+            if c.dry and p in before:  # a dry run must not leave tiny-model profiles behind
+                p.write_bytes(before[p])
+            elif c.dry:
+                p.unlink()
         folders["profiles"] = keep
     if folders:
         gpu_outputs.pack(c.out / "calibrate.tar.gz", folders)
@@ -233,7 +258,9 @@ def calibrate(c: Check, cap: float) -> str:
     return f"calibrated; {len(changed)} profile(s) written" + (
         "; packed calibrate.tar.gz" if folders else "")
 
+
 def need_cuda(c: Check) -> None:
+    """Fail a device stage at once when CUDA was asked for but the env stage found none."""
     if not c.cuda_ok:
         raise StageFailed("CUDA is not available on this machine (use --device cpu for "
                           "the dry run)")
