@@ -211,7 +211,8 @@ def default_out(device: str) -> Path:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description="the one prepared script for a lent GPU")
+    ap = argparse.ArgumentParser(prog="python -m tools.gpu_check",
+                                 description="the one prepared script for a lent GPU")
     ap.add_argument("--device", choices=("cuda", "cpu"), default="cuda",
                     help="cuda on the GPU machine; cpu for the dry run (tiny model)")
     ap.add_argument("--out", type=Path, help="results folder (default $OUT, else results/gpu/"
@@ -229,10 +230,16 @@ def main(argv: list[str] | None = None) -> int:
     unknown = (only or set()) - {s.name for s in gpu_stages.STAGES}
     if unknown:
         ap.error(f"--only: unknown stage(s) {', '.join(sorted(unknown))}")
+    budget = args.budget_s or (450.0 if args.device == "cuda" else 240.0)
+    need = FINALIZE_RESERVE_S + sum(s.reserve for s in gpu_stages.STAGES
+                                    if only is None or s.name in only)
+    if budget < need:
+        ap.error(f"--budget-s: {budget:.0f}s is less than the {need:.0f}s the selected stages "
+                 "reserve; raise it or run fewer stages with --only")
     check = Check(
         device=args.device,
         out=(args.out or default_out(args.device)).resolve(),
-        budget_s=args.budget_s or (450.0 if args.device == "cuda" else 240.0),
+        budget_s=budget,
         wheels_dir=args.wheels,
         site_dir=args.site or gpu_wheels.SITE_DIR,
         only=only,

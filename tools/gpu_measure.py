@@ -100,21 +100,32 @@ def _stats(samples: list[float]) -> dict[str, float]:
 
 # ---- env ----------------------------------------------------------------------------------
 def _nvidia_smi() -> dict[str, str] | None:
+    """A read-only ``nvidia-smi`` query (never a setting): the essential fields, then the
+    extras one by one so an unsupported one costs only itself."""
     exe = shutil.which("nvidia-smi")
     if exe is None:
         return None
-    fields = ("name", "memory.total", "driver_version", "clocks.max.sm", "clocks.sm",
-              "temperature.gpu", "power.limit")
-    try:
-        res = subprocess.run([exe, f"--query-gpu={','.join(fields)}",
-                              "--format=csv,noheader"], capture_output=True, text=True,
-                             timeout=20, check=False)
-    except (OSError, subprocess.TimeoutExpired) as err:
-        return {"error": str(err)}
-    if res.returncode != 0:
-        return {"error": (res.stderr or res.stdout).strip()[:300]}
-    values = [v.strip() for v in res.stdout.splitlines()[0].split(",")]
-    return dict(zip(fields, values, strict=False))
+
+    def query(fields: tuple[str, ...]) -> dict[str, str] | str:
+        try:
+            res = subprocess.run([exe, f"--query-gpu={','.join(fields)}",
+                                  "--format=csv,noheader"], capture_output=True, text=True,
+                                 timeout=20, check=False)
+        except (OSError, subprocess.TimeoutExpired) as err:
+            return str(err)
+        if res.returncode != 0 or not res.stdout.strip():
+            return (res.stderr or res.stdout).strip()[:300]
+        values = [v.strip() for v in res.stdout.splitlines()[0].split(",")]
+        return dict(zip(fields, values, strict=False))
+
+    base = query(("name", "memory.total", "driver_version"))
+    if isinstance(base, str):
+        return {"error": base}
+    for extra in ("clocks.sm", "clocks.max.sm", "clocks.mem", "temperature.gpu", "power.limit"):
+        got = query((extra,))
+        if isinstance(got, dict):
+            base.update(got)
+    return base
 
 
 def env_info(device: torch.device) -> dict[str, Any]:

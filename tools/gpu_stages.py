@@ -90,7 +90,7 @@ def wheels(c: Check, cap: float) -> str:
     opt = ", ".join(f"{m} {imports.get(m) or 'missing'}" for m in OPTIONAL_IMPORTS)
     if missing:
         raise StageFailed("; ".join(notes) + f"; MISSING {', '.join(missing)} "
-                          "(carry them: make gpu-wheels, carry .whl)")
+                          "(carry them as wheels: make gpu-wheels, carry .whl; docs/gpu.md)")
     return "; ".join(notes) + f"; imports ok ({opt})"
 
 
