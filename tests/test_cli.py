@@ -141,3 +141,19 @@ def test_sweep_command_requires_a_sweep(
     assert [p["values"] for p in summary["points"]] == [
         {"workload.decode_population": 1}, {"workload.decode_population": 2}]
     assert (tmp_path / "o" / "sweep_workload_decode_population.png").is_file()
+
+
+def test_cpu_target_runs_the_real_engine(tmp_path: Path) -> None:
+    workload = dict(tiny()["workload"], decode_output_tokens=8,
+                    inject=[{"at_decode_tokens": 2, "prompt_tokens": 12, "output_tokens": 2}])
+    data = tiny(arms=["A2"], repeats=1, workload=workload,
+                runner={"warmup": False, "dtype": "float32"})
+    path = write_scenario(tmp_path, data)
+    out = tmp_path / "cpu"
+    assert main(["run", str(path), "--target", "cpu", "--out", str(out), "--no-progress"]) == 0
+    summary = json.loads((out / "summary.json").read_text())
+    (run,) = summary["runs"]
+    assert run["target"] == "cpu" and run["wall_s"] > 0
+    assert run["num_requests"] == 3 and run["valid"], run["invalid_reason"]
+    env = json.loads((out / "env.json").read_text())
+    assert env["versions"]["torch"]  # the real engine imported torch
