@@ -27,9 +27,12 @@ def _decode(s: Scheduler) -> Selection:
     return Stage.RECURRENT, s.take_decode(s.sched.max_num_batched_tokens)
 
 
-class AtomicPolicy:
-    """A0: a PREFILL batch runs its chunks through all D depths in one step; alternates with
-    decode RECURRENT batches (``max_prefill_batches_before_decode``)."""
+class _AlternatingPolicy:
+    """PRELUDE, ready CODA, decode-due RECURRENT, admit, prompt work, RECURRENT: prompt batches
+    alternate with decode batches (``max_prefill_batches_before_decode``)."""
+
+    def _take_prompt_work(self, s: Scheduler) -> Selection | None:
+        raise NotImplementedError
 
     def select(self, s: Scheduler) -> Selection | None:
         if s.prelude:
@@ -40,34 +43,27 @@ class AtomicPolicy:
             return _decode(s)
         s.admit()
         if s.prefill:
-            items = s.take_atomic_prefill(s.sched.max_num_batched_tokens)
-            s.prefill_batches_since_decode += 1
-            return Stage.PREFILL, items
-        if s.recurrent:
-            return _decode(s)
-        return None
-
-
-class PerDepthPolicy:
-    """A1: prompt items advance one depth per step in prompt-only RECURRENT batches, alternating
-    with decode batches exactly like A0."""
-
-    def select(self, s: Scheduler) -> Selection | None:
-        if s.prelude:
-            return Stage.PRELUDE, s.take_prelude()
-        if s.coda_ready():
-            return Stage.CODA, s.take_coda()
-        if s.decode_due():
-            return _decode(s)
-        s.admit()
-        if s.prefill:
-            items = s.take_prompts(s.sched.max_num_batched_tokens)
-            if items:
+            selection = self._take_prompt_work(s)
+            if selection is not None and selection[1]:
                 s.prefill_batches_since_decode += 1
-                return Stage.RECURRENT, items
+                return selection
         if s.recurrent:
             return _decode(s)
         return None
+
+
+class AtomicPolicy(_AlternatingPolicy):
+    """A0: a PREFILL batch runs its chunks through all D depths in one step."""
+
+    def _take_prompt_work(self, s: Scheduler) -> Selection | None:
+        return Stage.PREFILL, s.take_atomic_prefill(s.sched.max_num_batched_tokens)
+
+
+class PerDepthPolicy(_AlternatingPolicy):
+    """A1: prompt items advance one depth per step in prompt-only RECURRENT batches."""
+
+    def _take_prompt_work(self, s: Scheduler) -> Selection | None:
+        return Stage.RECURRENT, s.take_prompts(s.sched.max_num_batched_tokens)
 
 
 class MixedPolicy:
