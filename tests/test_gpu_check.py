@@ -134,8 +134,11 @@ def test_dry_run_prints_the_table_last(
 
 # ---- budget, isolation, helpers --------------------------------------------------------------
 def _check(tmp_path: Path, budget_s: float = 600.0, only: set[str] | None = None) -> Check:
+    scratch = tmp_path / "scratch"
+    scratch.mkdir(exist_ok=True)
     return Check(device="cpu", out=tmp_path / "out", budget_s=budget_s,
-                 wheels_dir=tmp_path / "none", site_dir=tmp_path / "site", only=only)
+                 wheels_dir=tmp_path / "none", site_dir=tmp_path / "site", only=only,
+                 scratch=scratch)
 
 
 def test_a_stage_without_time_left_is_skipped(
