@@ -17,11 +17,22 @@ Profile file format ``loopserve-profile/1`` (JSON, stored as
       }
     }
 
-A step's time is ``intercept_s + sum(coef[i] * feature[features[i]])`` for the stage kind of
-the batch (``Batch.kind_label``: decode | prompt | mixed | prefill | prelude | coda), clamped
-at 0. Feature names and definitions are those of ``sim.cost.features``. A profile may omit
-stage kinds it was not measured on; predicting one of those is an error (mixed batches are
-measured, never extrapolated from prompt-only data). Fitting lives in the calibration code.
+A step's execution time is ``intercept_s + sum(coef[i] * feature[features[i]])`` for the
+stage kind of the batch (``Batch.kind_label``: decode | prompt | mixed | prefill | prelude |
+coda), clamped at 0. Feature names and definitions are those of ``sim.cost.features``. A
+profile may omit stage kinds it was not measured on; predicting one of those is an error
+(mixed batches are measured, never extrapolated from prompt-only data). Fitting lives in
+``sim.calibration``.
+
+Optional parts (absent in older files, which keep loading):
+
+- a stage's ``grid``: ``{"feature": "decode_padded_context", "points": [...],
+  "values_s": [...]}``, a measured piecewise-linear term added where a linear term in that
+  feature misses (interpolated between points, extended with the end segments' slopes);
+- ``step_gap``: a linear model (same fields as a stage) of the host time between two steps
+  of the real engine (applying the last result, scheduling this batch), added to every step
+  so simulated time advances like the real loop's wall clock; ``execute_time`` leaves it out;
+- provenance extras: threads, block size, backend, per-stage held-out errors, shape counts.
 """
 
 from __future__ import annotations
@@ -50,6 +61,62 @@ class Provenance(BaseModel):
     commit: str
     date: str
     held_out_mape: float | None = None
+    held_out_max_error: float | None = None
+    held_out_mape_by_stage: dict[str, float] | None = None
+    num_threads: int | None = None
+    block_size: int | None = None
+    attention_backend: str | None = None
+    num_fit_shapes: int | None = None
+    num_held_out_shapes: int | None = None
+    repeats: int | None = None
+    seconds: float | None = None
+    command: list[str] | None = None
+
+
+class GridTerm(BaseModel):
+    """A measured piecewise-linear term in one feature, for where a linear term misses (a
+    cache cliff, a kernel switching tiles): the values at ``points`` are interpolated
+    linearly and extended past the last point with the last segment's slope."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    feature: str
+    points: list[float]
+    values_s: list[float]
+
+    @field_validator("feature")
+    @classmethod
+    def _known_feature(cls, v: str) -> str:
+        if v not in FEATURE_NAMES:
+            raise ValueError(f"unknown feature {v!r}; known: {', '.join(FEATURE_NAMES)}")
+        return v
+
+    @model_validator(mode="after")
+    def _consistent(self) -> GridTerm:
+        if len(self.points) < 2 or len(self.points) != len(self.values_s):
+            raise ValueError(
+                f"{len(self.points)} grid points for {len(self.values_s)} values (need >= 2 "
+                "of each, as many points as values)"
+            )
+        if any(b <= a for a, b in zip(self.points, self.points[1:], strict=False)):
+            raise ValueError("grid points must be strictly increasing")
+        return self
+
+    def value(self, x: float) -> float:
+        """The term at ``x`` in seconds."""
+        return pwl_value(self.points, self.values_s, x)
+
+
+def pwl_value(points: list[float], values: list[float], x: float) -> float:
+    """Piecewise-linear interpolation through (points, values), extended linearly past both
+    ends with the end segments' slopes."""
+    i = 1
+    last = len(points) - 1
+    while i < last and x > points[i]:
+        i += 1
+    x0, x1 = points[i - 1], points[i]
+    y0, y1 = values[i - 1], values[i]
+    return y0 + (x - x0) * (y1 - y0) / (x1 - x0)
 
 
 class StageFit(BaseModel):
@@ -60,6 +127,7 @@ class StageFit(BaseModel):
     features: list[str]
     coef: list[float]
     intercept_s: float
+    grid: GridTerm | None = None
 
     @field_validator("features")
     @classmethod
@@ -77,6 +145,13 @@ class StageFit(BaseModel):
             )
         return self
 
+    def predict(self, f: dict[str, float]) -> float:
+        """Seconds for feature vector ``f`` (clamped at 0)."""
+        t = self.intercept_s + sum(c * f[n] for n, c in zip(self.features, self.coef, strict=True))
+        if self.grid is not None:
+            t += self.grid.value(f[self.grid.feature])
+        return max(0.0, t)
+
 
 class Profile(BaseModel):
     """A calibrated profile (format ``loopserve-profile/1``)."""
@@ -88,6 +163,7 @@ class Profile(BaseModel):
     model: str
     provenance: Provenance
     stages: dict[StageKind, StageFit]
+    step_gap: StageFit | None = None
 
     @field_validator("stages")
     @classmethod
@@ -139,7 +215,11 @@ def save_profile(profile: Profile, path: str | Path) -> None:
 
 
 class CalibratedCost:
-    """Predicts step times from a profile's per-stage linear models."""
+    """Predicts step times from a profile's per-stage linear models.
+
+    ``step_time`` = ``execute_time`` (the runner's ``execute``) + the host gap between steps
+    (when the profile has ``step_gap``).
+    """
 
     def __init__(
         self,
@@ -161,11 +241,10 @@ class CalibratedCost:
                 f"cost.profile: the profile was measured for model {p.model!r} but the scenario "
                 f"uses {model!r}; use a {model} profile or set model: {p.model}"
             )
-        self._fits: dict[str, tuple[tuple[str, ...], tuple[float, ...], float]] = {
-            k: (tuple(v.features), tuple(v.coef), v.intercept_s) for k, v in p.stages.items()
-        }
+        self._fits: dict[str, StageFit] = dict(p.stages)
+        self._gap = p.step_gap
 
-    def _fit(self, batch: Batch) -> tuple[tuple[str, ...], tuple[float, ...], float]:
+    def _fit(self, batch: Batch) -> StageFit:
         kind = batch.kind_label
         fit = self._fits.get(kind)
         if fit is None:
@@ -175,16 +254,28 @@ class CalibratedCost:
             )
         return fit
 
+    def execute_time(self, batch: Batch) -> float:
+        """Predicted seconds of the runner's ``execute(batch)`` alone."""
+        return self._fit(batch).predict(batch_features(batch))
+
+    def gap_time(self, batch: Batch) -> float:
+        """Predicted host seconds between the previous step's end and this step's start."""
+        return 0.0 if self._gap is None else self._gap.predict(batch_features(batch))
+
     def step_time(self, batch: Batch) -> float:
-        names, coef, intercept = self._fit(batch)
+        fit = self._fit(batch)
         f = batch_features(batch)
-        return max(0.0, intercept + sum(c * f[n] for n, c in zip(names, coef, strict=True)))
+        gap = 0.0 if self._gap is None else self._gap.predict(f)
+        return fit.predict(f) + gap
 
     def breakdown(self, batch: Batch) -> dict[str, float]:
-        names, coef, intercept = self._fit(batch)
+        fit = self._fit(batch)
         f = batch_features(batch)
-        out = {"intercept_s": intercept}
-        for n, c in zip(names, coef, strict=True):
+        out = {"intercept_s": fit.intercept_s}
+        for n, c in zip(fit.features, fit.coef, strict=True):
             out[f"{n}_s"] = c * f[n]
+        if fit.grid is not None:
+            out[f"{fit.grid.feature}_grid_s"] = fit.grid.value(f[fit.grid.feature])
+        out["host_s"] = self.gap_time(batch)
         out["total_s"] = self.step_time(batch)
         return out

@@ -11,6 +11,16 @@ rows D times). ``context`` of a row is the number of KV positions it attends to
 - ``context_sum`` / ``context_max``: sum and max of per-row context over core-call rows;
 - ``fused_prelude_rows``: prompt rows embedded inside a core call;
 - ``finalize_copies``: KV positions copied into deeper planes by the step's housekeeping.
+
+Added with the calibration (they describe how packed attention kernels spend their time):
+
+- ``prompt_seqs``: prompt items over all core calls (each is its own attention sequence:
+  per-sequence launches and metadata);
+- ``decode_padded_context``: per core call, decode rows x the longest decode context of the
+  call (a padded decode gather reads that rectangle), summed over calls;
+- ``prompt_context``: per prompt item and call, rows x visible KV positions (n x (s + n): the
+  masked score matrix), summed;
+- ``prompt_kv_tokens``: per prompt item and call, the KV positions it streams (s + n), summed.
 """
 
 from __future__ import annotations
@@ -29,6 +39,10 @@ FEATURE_NAMES: tuple[str, ...] = (
     "context_max",
     "fused_prelude_rows",
     "finalize_copies",
+    "prompt_seqs",
+    "decode_padded_context",
+    "prompt_context",
+    "prompt_kv_tokens",
 )
 STAGE_KINDS: tuple[str, ...] = ("decode", "prompt", "mixed", "prefill", "prelude", "coda")
 
@@ -44,17 +58,25 @@ def batch_features(batch: Batch) -> dict[str, float]:
     f["core_calls"] = float(batch.core_calls)
     ctx_max = 0
     for call in batch.core_call_items():
+        call_decode_rows = 0
+        call_decode_ctx = 0
         for item, depth in call:
             n = item.num_tokens
-            _, ctx_sum, ctx_top = item_context(item)
+            kv_tokens, ctx_sum, ctx_top = item_context(item)
             f["rows"] += n
             if item.kind is ItemKind.DECODE:
                 f["decode_rows"] += n
+                call_decode_rows += n
+                call_decode_ctx = max(call_decode_ctx, ctx_top)
             else:
                 f["prompt_tokens"] += n
+                f["prompt_seqs"] += 1
+                f["prompt_context"] += n * kv_tokens
+                f["prompt_kv_tokens"] += kv_tokens
             f["context_sum"] += ctx_sum
             ctx_max = max(ctx_max, ctx_top)
             if item.fused_prelude and depth == item.depth:
                 f["fused_prelude_rows"] += n
+        f["decode_padded_context"] += call_decode_rows * call_decode_ctx
     f["context_max"] = float(ctx_max)
     return f

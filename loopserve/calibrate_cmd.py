@@ -1,0 +1,203 @@
+"""``loopserve calibrate``: measure the real runner on forced shapes and write a profile.
+
+    loopserve calibrate --target cpu|cuda --model PRESET_OR_DIR [--out FILE.json|DIR]
+                        [--max-seconds S] [--repeats N] [--quick] [--threads N]
+
+Default output: ``results/profiles/<hardware>-<model>.json`` (hardware ``cpu`` or the GPU's
+short name, e.g. ``h200``) with ``<stem>.env.json`` and ``<stem>.steps.csv`` (every measured
+shape and host gap: features, measured median, prediction) beside it. ``--out X.json`` writes
+those three files there instead; ``--out DIR`` writes ``DIR/<hardware>-<model>.json``,
+``DIR/env.json`` and ``DIR/steps.csv`` into a new folder. Files appear complete or not at all.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import tempfile
+import time
+from collections.abc import Iterable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from loopserve.errors import UserError
+
+if TYPE_CHECKING:
+    from sim.calibration.job import CalibrationResult
+
+PROFILES_ROOT = Path("results") / "profiles"
+DEFAULT_MAX_SECONDS = 75.0
+DEFAULT_REPEATS = 5
+
+
+def add_parser(sub: Any) -> None:
+    """Register the ``calibrate`` subcommand on the CLI's subparsers."""
+    p = sub.add_parser("calibrate", help="fit a calibrated cost profile on the real runner")
+    p.add_argument("--target", required=True, help="cpu | cuda")
+    p.add_argument("--model", required=True, help="model preset name or checkpoint directory")
+    p.add_argument("--out", help="profile file (*.json) or a new folder (default "
+                   "results/profiles/<hardware>-<model>.json)")
+    p.add_argument("--max-seconds", default=str(DEFAULT_MAX_SECONDS),
+                   help=f"measuring time budget, model build excluded (default "
+                   f"{DEFAULT_MAX_SECONDS:g}); repeats are cut to fit")
+    p.add_argument("--repeats", default=str(DEFAULT_REPEATS),
+                   help=f"timed repeats per shape, after one warm-up (default {DEFAULT_REPEATS})")
+    p.add_argument("--quick", action="store_true", help="a small grid (tests, dry runs)")
+    p.add_argument("--threads", default="1",
+                   help="CPU only: torch intra-op threads (default 1: steadier on shared "
+                   "machines; fidelity runs with the profile's count)")
+    p.add_argument("--block-size", default="16", help="KV block size (default 16)")
+    p.add_argument("--attention-backend", default="torch", help="attention backend (torch)")
+    p.add_argument("--seed", default="0", help="weights and shape-order seed (default 0)")
+    p.add_argument("--no-progress", action="store_true", help="hide the progress bar")
+    p.set_defaults(handler=main)
+
+
+def _number(flag: str, text: str, kind: type, low: float, fix: str) -> Any:
+    try:
+        value = kind(text)
+    except ValueError:
+        raise UserError(flag, f"{text!r} is not a valid number; {fix}") from None
+    if not value >= low:
+        raise UserError(flag, f"must be >= {low:g}, got {text}; {fix}")
+    return value
+
+
+def main(args: argparse.Namespace, argv: list[str]) -> int:
+    """Validate flags, measure, fit, write; UserError on bad input (exit 2 by the CLI)."""
+    from loopserve.realtime import check_target
+
+    started = time.time()
+    if args.target not in ("cpu", "cuda"):
+        raise UserError("--target", f"unknown target {args.target!r}; use cpu or cuda")
+    max_s = _number("--max-seconds", args.max_seconds, float, 1.0, "e.g. --max-seconds 75")
+    repeats = _number("--repeats", args.repeats, int, 1, "e.g. --repeats 5")
+    threads = _number("--threads", args.threads, int, 1, "e.g. --threads 1")
+    block = _number("--block-size", args.block_size, int, 1, "e.g. --block-size 16")
+    seed = _number("--seed", args.seed, int, 0, "e.g. --seed 0")
+    out = Path(args.out) if args.out else None
+    if out is not None and out.suffix != ".json" and out.exists() and (
+            not out.is_dir() or any(out.iterdir())):
+        raise UserError("--out", f"{out} exists and is not an empty folder; pick a new folder "
+                        "or a .json file")
+    if out is not None and out.suffix == ".json" and out.is_dir():
+        raise UserError("--out", f"{out} is a folder; name a .json file or a new folder")
+    check_target(args.target)
+    _check_backend(args.attention_backend)
+
+    from sim.calibration.job import calibrate
+
+    try:
+        result = calibrate(target=args.target, model=args.model, repeats=repeats,
+                           max_seconds=max_s, quick=args.quick, threads=threads,
+                           block_size=block, backend=args.attention_backend, seed=seed,
+                           progress=not args.no_progress, command=argv)
+    except (ValueError, OSError, KeyError) as err:
+        raise UserError.from_value_error(ValueError(str(err)), "--model") from None
+    written = write_outputs(result, out, argv=argv, started_s=started)
+    print(summary(result))
+    print(f"profile: {written}  (calibrate took {time.time() - started:.1f} s)")
+    return 0
+
+
+def _check_backend(name: str) -> None:
+    from kernels.attention import get_backend
+
+    try:
+        get_backend(name)
+    except ValueError as err:
+        raise UserError("--attention-backend", str(err).split(": ", 1)[-1]) from None
+
+
+# ---- output ----------------------------------------------------------------------------------
+def _atomic_write(path: Path, text: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".partial", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w") as fh:
+            fh.write(text)
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp, 0o666 & ~umask)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def _csv_text(result: CalibrationResult) -> str:
+    import csv
+    import io
+
+    from sim.cost.features import FEATURE_NAMES
+
+    buf = io.StringIO()
+    w = csv.writer(buf, lineterminator="\n")
+    w.writerow(["source", "kind", "label", "held_out", "measured_s", "predicted_s", "rel_error",
+                *FEATURE_NAMES])
+    groups: Iterable[tuple[str, list[Any]]] = (
+        ("shape", result.samples), ("host_gap", result.gap_samples),
+        ("in_situ", result.in_situ))
+    for source, samples in groups:
+        for s in samples:
+            pred = result.predict(s)
+            rel = "" if pred is None else f"{(pred - s.seconds) / s.seconds:.5f}"
+            w.writerow([source, s.kind, s.label, s.held_out, f"{s.seconds:.9f}",
+                        "" if pred is None else f"{pred:.9f}", rel,
+                        *(f"{s.features[f]:g}" for f in FEATURE_NAMES)])
+    return buf.getvalue()
+
+
+def write_outputs(result: CalibrationResult, out: Path | None, *, argv: list[str],
+                  started_s: float) -> Path:
+    """Write profile, env.json and steps CSV; returns the profile's path."""
+    from loopserve import env_info
+    from loopserve.outputs import staged_dir, write_json
+
+    prof = result.profile
+    stem = f"{prof.hardware}-{prof.model}"
+    env = env_info.collect(target="cuda" if prof.hardware != "cpu" else "cpu",
+                           hardware=prof.hardware, run_id=stem, argv=argv,
+                           started_s=started_s, run_wall_s=[])
+    env["device"]["name"] = prof.provenance.device
+    env["num_threads"] = prof.provenance.num_threads
+    profile_text = prof.model_dump_json(indent=2, exclude_none=True) + "\n"
+    if out is not None and out.suffix != ".json":
+        with staged_dir(out) as tmp:
+            write_json(tmp / "env.json", env)
+            (tmp / "steps.csv").write_text(_csv_text(result))
+            (tmp / f"{stem}.json").write_text(profile_text)
+        return out / f"{stem}.json"
+    path = out if out is not None else PROFILES_ROOT / f"{stem}.json"
+    import json
+
+    _atomic_write(path.with_suffix(".env.json"), json.dumps(env, indent=2) + "\n")
+    _atomic_write(path.with_suffix(".steps.csv"), _csv_text(result))
+    _atomic_write(path, profile_text)  # last: its presence means the set is complete
+    return path
+
+
+def summary(result: CalibrationResult) -> str:
+    """Per-stage table: chosen features, CV and held-out errors, in-situ error."""
+    import numpy as np
+
+    lines = [f"{'stage':<9} {'fit':>4} {'held':>4} {'cv MAPE':>8} {'held-out MAPE':>14} "
+             f"{'worst':>7} {'in-situ':>8}  model"]
+    for kind, r in [*result.stages.items(),
+                    *([("step_gap", result.gap)] if result.gap is not None else [])]:
+        situ = [abs(p - s.seconds) / s.seconds for s in result.in_situ if s.kind == kind
+                if (p := result.predict(s)) is not None]
+        feats = "+".join(r.fit.features) or "-"
+        if r.fit.grid is not None:
+            feats += f" +grid({r.fit.grid.feature})"
+        ho = f"{100 * r.held_out_mape:.1f}%" if r.held_out_mape is not None else "-"
+        worst = f"{100 * r.held_out_max_error:.1f}%" if r.held_out_max_error is not None else "-"
+        st = f"{100 * float(np.median(situ)):.1f}%" if situ else "-"
+        lines.append(f"{kind:<9} {r.num_fit:>4} {r.num_held_out:>4} {100 * r.cv_mape:>7.1f}% "
+                     f"{ho:>14} {worst:>7} {st:>8}  {r.fit.intercept_s * 1e3:.3f} ms + {feats}")
+    p = result.profile.provenance
+    if p.held_out_mape is not None:
+        lines.append(f"held-out MAPE over all stages: {100 * p.held_out_mape:.2f}% "
+                     f"(worst {100 * (p.held_out_max_error or 0):.1f}%); in-situ = median "
+                     "error on steps of short real runs")
+    return "\n".join(lines)

@@ -1,0 +1,221 @@
+"""Fit the calibrated cost model from measured steps (pure numpy, no torch).
+
+Per stage kind, every subset of that kind's candidate features (optionally with one
+piecewise-linear ``grid`` term in place of a linear feature) is fitted by least squares on
+relative error (rows weighted by 1 / measured time, so a 0.1 ms PRELUDE counts as much as a
+300 ms PREFILL). The intercept is the per-call host overhead. Candidates with a negative
+coefficient are dropped (time never falls as work grows). The model is chosen by K-fold
+cross-validated MAPE on the fitting shapes, preferring fewer parameters within a small
+tolerance of the best; the held-out shapes are scored only after the choice, so the reported
+held-out error is honest.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from sim.cost.calibrated import GridTerm, StageFit
+
+CANDIDATES: dict[str, tuple[str, ...]] = {
+    "decode": ("decode_rows", "decode_padded_context", "context_sum", "context_max",
+               "finalize_copies"),
+    "prompt": ("prompt_tokens", "prompt_seqs", "prompt_context", "prompt_kv_tokens",
+               "fused_prelude_rows"),
+    "mixed": ("decode_rows", "decode_padded_context", "prompt_tokens", "prompt_seqs",
+              "prompt_context", "prompt_kv_tokens", "fused_prelude_rows"),
+    "prefill": ("core_calls", "prompt_tokens", "prompt_seqs", "prompt_context",
+                "prompt_kv_tokens"),
+    "prelude": ("rows",),
+    "coda": ("rows",),
+    "step_gap": ("items", "rows", "core_calls", "decode_rows", "prompt_seqs"),
+}
+GRID_CANDIDATES: dict[str, tuple[str, ...]] = {
+    "decode": ("decode_padded_context",),
+    "mixed": ("decode_padded_context", "prompt_context"),
+    "prompt": ("prompt_context",),
+    "prefill": ("prompt_context",),
+}
+# Prefer a simpler model when its CV error is within this of the best (relative, absolute).
+_TOLERANCE = (1.03, 0.002)
+
+
+@dataclass(frozen=True, slots=True)
+class Sample:
+    """One measured step: its stage kind, features, time (median seconds), and whether it is
+    kept apart from fitting."""
+
+    kind: str
+    features: dict[str, float]
+    seconds: float
+    held_out: bool = False
+    label: str = ""
+
+
+@dataclass
+class StageResult:
+    """The chosen model of one stage kind and its errors (fractions, not percent)."""
+
+    kind: str
+    fit: StageFit
+    cv_mape: float
+    num_fit: int
+    num_held_out: int
+    held_out_mape: float | None
+    held_out_max_error: float | None
+    residuals: list[tuple[str, float, float, bool]] = field(default_factory=list)
+    """(label, measured_s, predicted_s, held_out) for every sample of the kind."""
+
+
+@dataclass(frozen=True)
+class _Spec:
+    features: tuple[str, ...]
+    grid: str | None
+    knots: tuple[float, ...] = ()
+
+    @property
+    def num_params(self) -> int:
+        return 1 + len(self.features) + max(0, len(self.knots) - 1)
+
+
+def _knots(values: np.ndarray) -> tuple[float, ...]:
+    """0 plus up to four quantiles of the distinct positive values seen."""
+    pos = np.unique(values[values > 0])
+    if pos.size < 3:
+        return ()
+    qs = np.unique(np.quantile(pos, [0.25, 0.5, 0.75, 1.0], method="nearest"))
+    return (0.0, *(float(q) for q in qs))
+
+
+def _pwl_basis(knots: Sequence[float], x: np.ndarray) -> np.ndarray:
+    """Columns k = 1..m: the piecewise-linear function with value 1 at knot k and 0 at the
+    others (extended linearly past the ends), so g(x) = basis @ values with g(0) = 0."""
+    pts = np.asarray(knots, dtype=np.float64)
+    m = len(pts) - 1
+    seg = np.clip(np.searchsorted(pts, x, side="left"), 1, m)
+    x0, x1 = pts[seg - 1], pts[seg]
+    w = (x - x0) / (x1 - x0)
+    cols = np.zeros((x.size, m))
+    rows = np.arange(x.size)
+    for j, weight in ((seg - 1, 1.0 - w), (seg, w)):
+        keep = j >= 1
+        cols[rows[keep], j[keep] - 1] += weight[keep]
+    return cols
+
+
+def _design(spec: _Spec, feats: dict[str, np.ndarray], n: int) -> np.ndarray:
+    cols = [np.ones(n)] + [feats[f] for f in spec.features]
+    X = np.column_stack(cols)
+    if spec.grid is not None:
+        X = np.hstack([X, _pwl_basis(spec.knots, feats[spec.grid])])
+    return X
+
+
+def _solve(X: np.ndarray, y: np.ndarray) -> np.ndarray | None:
+    """Relative-error least squares; None if degenerate or any parameter is negative."""
+    if X.shape[0] < X.shape[1]:
+        return None
+    w = 1.0 / y
+    beta, _, rank, _ = np.linalg.lstsq(X * w[:, None], y * w, rcond=None)
+    if rank < X.shape[1] or np.any(beta < -1e-12 * max(1.0, float(np.abs(beta).max()))):
+        return None
+    return np.asarray(beta)
+
+
+def _mape(pred: np.ndarray, y: np.ndarray) -> float:
+    return float(np.mean(np.abs(pred - y) / y))
+
+
+def _cv_mape(spec: _Spec, feats: dict[str, np.ndarray], y: np.ndarray, folds: int) -> float:
+    n = y.size
+    X = _design(spec, feats, n)
+    if n < X.shape[1] + 1:
+        return float("inf")
+    idx = np.arange(n)
+    errs = np.empty(n)
+    for k in range(folds):
+        test = idx % folds == k
+        beta = _solve(X[~test], y[~test])
+        if beta is None:
+            return float("inf")
+        errs[test] = np.abs(X[test] @ beta - y[test]) / y[test]
+    return float(errs.mean())
+
+
+def _specs(kind: str, feats: dict[str, np.ndarray]) -> list[_Spec]:
+    usable = [f for f in CANDIDATES[kind] if np.ptp(feats[f]) > 0]
+    out: list[_Spec] = []
+    for r in range(len(usable) + 1):
+        for combo in itertools.combinations(usable, r):
+            out.append(_Spec(combo, None))
+            for g in GRID_CANDIDATES.get(kind, ()):
+                knots = _knots(feats[g])
+                if g not in combo and knots:
+                    out.append(_Spec(combo, g, knots))
+    return out
+
+
+def _stage_fit(spec: _Spec, beta: np.ndarray) -> StageFit:
+    k = len(spec.features)
+    grid = None
+    if spec.grid is not None:
+        grid = GridTerm(feature=spec.grid, points=list(spec.knots),
+                        values_s=[0.0, *(float(v) for v in beta[1 + k:])])
+    return StageFit(features=list(spec.features), coef=[float(c) for c in beta[1:1 + k]],
+                    intercept_s=float(beta[0]), grid=grid)
+
+
+def fit_stage(kind: str, samples: Sequence[Sample], *, folds: int = 5) -> StageResult | None:
+    """The chosen model for ``kind`` from its fitting samples, scored on its held-out ones;
+    None when there are no fitting samples."""
+    fit_s = [s for s in samples if s.kind == kind and not s.held_out]
+    held = [s for s in samples if s.kind == kind and s.held_out]
+    if not fit_s:
+        return None
+    y = np.array([s.seconds for s in fit_s], dtype=np.float64)
+    if np.any(y <= 0):
+        raise ValueError(f"{kind}: measured step times must be > 0")
+    names = CANDIDATES[kind]
+    feats = {f: np.array([s.features[f] for s in fit_s], dtype=np.float64) for f in names}
+    folds = max(2, min(folds, y.size))
+    scored = [(_cv_mape(sp, feats, y, folds), sp) for sp in _specs(kind, feats)]
+    finite = [(e, sp) for e, sp in scored if np.isfinite(e)]
+    if not finite:  # too few samples for any feature: the mean time
+        finite = [(float(np.mean(np.abs(y - y.mean()) / y)), _Spec((), None))]
+    best = min(e for e, _ in finite)
+    ok = [(sp.num_params, e, sp) for e, sp in finite
+          if e <= best * _TOLERANCE[0] + _TOLERANCE[1]]
+    _, cv, spec = min(ok, key=lambda t: (t[0], t[1]))
+    beta = _solve(_design(spec, feats, y.size), y)
+    if beta is None:  # only the mean model can get here
+        beta = np.array([float(np.median(y))])
+    fit = _stage_fit(spec, beta)
+    result = StageResult(kind, fit, cv, len(fit_s), len(held), None, None)
+    for s in [*fit_s, *held]:
+        result.residuals.append((s.label, s.seconds, fit.predict(s.features), s.held_out))
+    if held:
+        errs = [abs(p - m) / m for _, m, p, h in result.residuals if h]
+        result.held_out_mape = float(np.mean(errs))
+        result.held_out_max_error = float(np.max(errs))
+    return result
+
+
+def fit_profile_stages(samples: Sequence[Sample], kinds: Sequence[str]) -> dict[str, StageResult]:
+    """``fit_stage`` for each kind that has fitting samples."""
+    out: dict[str, StageResult] = {}
+    for kind in kinds:
+        res = fit_stage(kind, samples)
+        if res is not None:
+            out[kind] = res
+    return out
+
+
+def pooled_held_out(results: dict[str, StageResult]) -> tuple[float | None, float | None]:
+    """(MAPE, max relative error) over every held-out sample of every stage."""
+    errs = [abs(p - m) / m for r in results.values() for _, m, p, h in r.residuals if h]
+    if not errs:
+        return None, None
+    return float(np.mean(errs)), float(np.max(errs))

@@ -1,0 +1,171 @@
+"""One calibration: build the model, measure shapes and host gaps, fit, make the profile.
+
+Torch is imported here; the CLI (``loopserve calibrate``) validates flags and writes files.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import os
+import platform
+import re
+import subprocess
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+
+from engine.core.config import CacheConfig, EngineConfig, SchedulerConfig
+from engine.llm import build_runner, run_realtime
+from engine.model.build import build_model, default_dtype
+from sim.calibration.fit import (
+    Sample,
+    StageResult,
+    fit_profile_stages,
+    fit_stage,
+    pooled_held_out,
+)
+from sim.calibration.host_gap import RecordingRunner, execute_samples, gap_samples, gap_workload
+from sim.calibration.measure import CalibrationRig, config_for, measure_shapes
+from sim.calibration.shapes import KINDS, QUICK, GridSpec, shape_grid
+from sim.cost.calibrated import PROFILE_FORMAT, Profile, Provenance
+from sim.cost.features import batch_features
+
+_REPO = Path(__file__).resolve().parents[2]
+# Share of the time budget for the forced shapes; the rest goes to the host-gap runs.
+_SHAPES_SHARE = 0.8
+
+
+@dataclass
+class CalibrationResult:
+    """The profile plus everything behind it, for reports and the steps CSV."""
+
+    profile: Profile
+    stages: dict[str, StageResult]
+    gap: StageResult | None
+    samples: list[Sample] = field(default_factory=list)
+    gap_samples: list[Sample] = field(default_factory=list)
+    in_situ: list[Sample] = field(default_factory=list)
+    seconds: float = 0.0
+
+    def predict(self, sample: Sample) -> float | None:
+        """The profile's prediction for a sample (None for a kind it has no model of)."""
+        if sample.kind == "step_gap":
+            fit = self.profile.step_gap
+        else:
+            fit = self.profile.stages.get(sample.kind)  # type: ignore[call-overload]
+        return None if fit is None else fit.predict(sample.features)
+
+
+def hardware_name(device: torch.device) -> str:
+    """``cpu``, or the GPU's short name: "NVIDIA H200" -> ``h200``, "NVIDIA A100-SXM4-80GB" ->
+    ``a100``, "NVIDIA GeForce RTX 4090" -> ``rtx4090``."""
+    if device.type != "cuda":
+        return "cpu"
+    name = torch.cuda.get_device_name(device).lower()
+    words = [w for w in re.split(r"[\s_]+", name) if w not in ("nvidia", "geforce", "tesla")]
+    if len(words) >= 2 and words[0] in ("rtx", "gtx", "titan"):
+        words = [words[0] + words[1]]
+    first = re.split(r"[-/]", words[0])[0] if words else "gpu"
+    return re.sub(r"[^a-z0-9.]", "", first) or "gpu"
+
+
+def model_label(name_or_dir: str) -> str:
+    """The model name a profile carries: the preset, or the checkpoint folder's name."""
+    return Path(name_or_dir).name if os.path.isdir(name_or_dir) else name_or_dir
+
+
+def device_name(device: torch.device) -> str:
+    if device.type == "cuda":
+        return torch.cuda.get_device_name(device)
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return f"{line.split(':', 1)[1].strip()} ({os.cpu_count()} cpus)"
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def git_commit() -> str:
+    try:
+        res = subprocess.run(["git", "-C", str(_REPO), "rev-parse", "HEAD"], capture_output=True,
+                             text=True, timeout=10, check=False)
+    except (OSError, subprocess.TimeoutExpired):
+        return "unknown"
+    return res.stdout.strip() if res.returncode == 0 else "unknown"
+
+
+def _gap_runs(model: object, shape_cfg: EngineConfig, device: torch.device, dtype: torch.dtype,
+              *, quick: bool, backend: str, seed: int) -> tuple[list[Sample], list[Sample]]:
+    """Short closed runs of every arm: host-gap samples and in-situ execute samples."""
+    decoders, chunk = (3, 16) if quick else (8, 64)
+    gaps: list[Sample] = []
+    in_situ: list[Sample] = []
+    for arm in ("atomic", "per_depth", "mixed"):
+        cfg = EngineConfig(
+            model=shape_cfg.model,
+            scheduler=SchedulerConfig(arm=arm, max_num_seqs=decoders + 2,
+                                      prefill_chunk_size=chunk,
+                                      max_num_batched_tokens=2 * chunk),
+            cache=CacheConfig(num_blocks=64 * (decoders + 2) * shape_cfg.model.num_depths,
+                              block_size=shape_cfg.cache.block_size),
+        )
+        source = gap_workload(cfg, decoders=decoders, prompt_tokens=chunk // 2,
+                              output_tokens=6 if quick else 24, long_prompt=3 * chunk, seed=seed)
+        runner = RecordingRunner(build_runner(model, cfg, device, dtype, seed,  # type: ignore[arg-type]
+                                              backend))
+        records = run_realtime(cfg, source, runner, record_batches=False)  # type: ignore[arg-type]
+        gaps += gap_samples(records, runner.batches, arm)
+        in_situ += execute_samples(runner.batches, runner.execute_s, arm)
+    return gaps, in_situ
+
+
+def calibrate(
+    *, target: str, model: str, repeats: int, max_seconds: float, quick: bool = False,
+    threads: int = 1, block_size: int = 16, backend: str = "torch", seed: int = 0,
+    progress: bool = True, command: list[str] | None = None,
+) -> CalibrationResult:
+    """Measure and fit. Raises ValueError("model: ...") for an unknown model."""
+    device = torch.device(target)
+    if device.type == "cpu":
+        torch.set_num_threads(threads)
+    dtype = default_dtype(device)
+    net = build_model(model, seed=seed, device=device, dtype=dtype)
+    spec = QUICK if quick else GridSpec()
+    shapes = shape_grid(spec, seed=seed + 1)
+    cfg = config_for(net.config.to_shape(), shapes, block_size)
+    started = time.perf_counter()
+    runner = build_runner(net, cfg, device, dtype, seed, backend)
+    rig = CalibrationRig(runner, cfg, seed)
+    measured = measure_shapes(rig, shapes, repeats=repeats, seed=seed, progress=progress,
+                              max_seconds=_SHAPES_SHARE * max_seconds)
+    del rig, runner
+    samples = [Sample(m.shape.kind, batch_features(m.batch), m.median_s, m.shape.held_out,
+                      m.shape.label) for m in measured]
+    gaps, in_situ = _gap_runs(net, cfg, device, dtype, quick=quick, backend=backend, seed=seed)
+    stages = fit_profile_stages(samples, KINDS)
+    gap = fit_stage("step_gap", gaps) if gaps else None
+    mape, worst = pooled_held_out(stages)
+    elapsed = time.perf_counter() - started
+    prov = Provenance(
+        device=device_name(device), torch_version=torch.__version__,
+        dtype=str(dtype).removeprefix("torch."), commit=git_commit(),
+        date=_dt.datetime.now(_dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        held_out_mape=mape, held_out_max_error=worst,
+        held_out_mape_by_stage={k: r.held_out_mape for k, r in stages.items()
+                                if r.held_out_mape is not None},
+        num_threads=torch.get_num_threads() if device.type == "cpu" else None,
+        block_size=block_size, attention_backend=backend,
+        num_fit_shapes=sum(not m.shape.held_out for m in measured),
+        num_held_out_shapes=sum(m.shape.held_out for m in measured),
+        repeats=min(len(m.times_s) for m in measured), seconds=round(elapsed, 1),
+        command=command,
+    )
+    profile = Profile(
+        format=PROFILE_FORMAT, hardware=hardware_name(device), model=model_label(model),
+        provenance=prov, stages={k: r.fit for k, r in stages.items()},  # type: ignore[misc]
+        step_gap=gap.fit if gap is not None else None,
+    )
+    return CalibrationResult(profile, stages, gap, samples, gaps, in_situ, elapsed)

@@ -1,0 +1,233 @@
+"""Time the real ``ModelRunner`` on forced batch shapes (torch; imported only to calibrate).
+
+``CalibrationRig`` turns a ``Shape`` into a ``Batch`` with valid block tables from a real
+``EngineCore``'s BlockManager (synthetic requests whose KV history is marked written, decode
+and prompt hidden states present in the runner's pools), so ``runner.execute(batch)`` runs
+exactly as in serving and can be repeated. Only ``execute`` is timed: CUDA events around it
+then a synchronize on CUDA, ``perf_counter`` on CPU. Shapes are measured in rounds (a warm-up
+round, then one round per repeat, each in a fresh seeded order) so a burst of machine noise
+spreads over many shapes instead of all repeats of one; the median per shape is kept.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+import random
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+from tqdm import tqdm
+
+from engine.core.batch import Batch, ItemKind, ScheduledItem
+from engine.core.config import CacheConfig, EngineConfig, SchedulerConfig
+from engine.core.engine_core import EngineCore
+from engine.core.request import PromptStateHandle, SamplingParams, Stage
+from engine.runner import ModelRunner
+from sim.calibration.shapes import Shape
+
+_STAGES = {"prelude": Stage.PRELUDE, "coda": Stage.CODA, "prefill": Stage.PREFILL}
+
+
+class StepTimer:
+    """Seconds one call takes: CUDA events + synchronize on a GPU, perf_counter on CPU."""
+
+    def __init__(self, device: torch.device) -> None:
+        self.cuda = device.type == "cuda"
+
+    def __call__(self, fn: Callable[[], object]) -> float:
+        if self.cuda:
+            torch.cuda.synchronize()
+            start = torch.cuda.Event(enable_timing=True)
+            end = torch.cuda.Event(enable_timing=True)
+            start.record()
+            fn()
+            end.record()
+            end.synchronize()
+            return float(start.elapsed_time(end)) / 1e3
+        t0 = time.perf_counter()
+        fn()
+        return time.perf_counter() - t0
+
+
+def _blocks(tokens: int, block_size: int) -> int:
+    return math.ceil(tokens / block_size)
+
+
+def config_for(model_shape: object, shapes: list[Shape], block_size: int = 16) -> EngineConfig:
+    """An EngineConfig whose pools and KV cache fit the largest of ``shapes``."""
+    from engine.core.config import ModelShape
+
+    assert isinstance(model_shape, ModelShape)
+    D = model_shape.num_depths
+    need_blocks, seqs, chunk = 1, 1, 1
+    for s in shapes:
+        per_plane = sum(_blocks(r.context, block_size) for r in s.decode)
+        per_plane += sum(_blocks(p.prefix + p.chunk, block_size) for p in s.prompts)
+        per_plane += s.rows * _blocks(1, block_size)
+        need_blocks = max(need_blocks, per_plane * D)
+        seqs = max(seqs, len(s.decode) + len(s.prompts) + s.rows)
+        chunk = max([chunk, *(p.chunk for p in s.prompts)])
+    return EngineConfig(
+        model=model_shape,
+        scheduler=SchedulerConfig(arm="atomic", max_num_seqs=seqs, prefill_chunk_size=chunk,
+                                  max_num_batched_tokens=max(chunk, seqs)),
+        cache=CacheConfig(num_blocks=need_blocks, block_size=block_size),
+    )
+
+
+@dataclass
+class _Live:
+    keys: list[tuple[str, int]]
+    handles: list[PromptStateHandle]
+
+
+class CalibrationRig:
+    """Builds forced batches on a real core's BlockManager for one runner."""
+
+    def __init__(self, runner: ModelRunner, cfg: EngineConfig, seed: int = 0) -> None:
+        self.core = EngineCore(cfg)
+        self.runner = runner
+        runner.bind(self.core)
+        self.kv = self.core.kv
+        self.num_depths = cfg.model.num_depths
+        self.vocab = cfg.model.vocab_size
+        self.hidden = cfg.model.hidden_size
+        self._ids = itertools.count()
+        self._rng = random.Random(seed)
+        self._step = itertools.count()
+
+    def _request(self, tokens: int, written: int) -> tuple[str, int]:
+        """A synthetic request holding ``tokens`` positions, history written up to
+        ``written`` on every plane."""
+        key = (f"cal-{next(self._ids)}", 0)
+        if not self.kv.allocate(key, max(tokens, 1), max(tokens, 1)):
+            raise RuntimeError(f"calibration rig: KV too small for {tokens} positions")
+        if written:
+            for d in range(self.num_depths):
+                self.kv.mark_written(key, d, 0, written)
+        return key
+
+    def build(self, shape: Shape) -> tuple[Batch, _Live]:
+        """The batch for ``shape`` plus what to free afterwards (``release``)."""
+        live = _Live([], [])
+        items: list[ScheduledItem] = []
+        pools = self.runner
+        if shape.kind in ("prelude", "coda"):
+            for i in range(shape.rows):
+                key = self._request(16, 15)
+                live.keys.append(key)
+                pools.decode_states.slot_or_new(key)
+                tok = self._rng.randrange(self.vocab)
+                items.append(ScheduledItem(
+                    key[0], 0, ItemKind.DECODE, 15, 1, depth=0, num_depths=0,
+                    token_ids=(tok,) if shape.kind == "prelude" else (),
+                    params=SamplingParams() if shape.kind == "coda" else None, output_index=i,
+                ))
+            return Batch(next(self._step), _STAGES[shape.kind], tuple(items)), live
+        for row in shape.decode:
+            key = self._request(row.context, row.context - 1)
+            live.keys.append(key)
+            pools.decode_states.slot_or_new(key)
+            items.append(ScheduledItem(key[0], 0, ItemKind.DECODE, row.context - 1, 1,
+                                       depth=row.depth, num_depths=1))
+        prefill = shape.kind == "prefill"
+        for p in shape.prompts:
+            key = self._request(p.prefix + p.chunk, p.prefix)
+            live.keys.append(key)
+            fused = p.fused and p.depth == 0
+            depths = shape.num_depths if prefill else 1
+            handle = None
+            if p.depth + depths < self.num_depths or not fused:
+                handle = PromptStateHandle(next(self._ids), key[0], 0)
+                live.handles.append(handle)
+                if not fused:  # the state an earlier depth left behind
+                    pools.prompt_pool.write(handle, torch.zeros(
+                        p.chunk, self.hidden, device=pools.device, dtype=pools.dtype))
+            ids = tuple(self._rng.randrange(self.vocab) for _ in range(p.chunk)) if fused else ()
+            items.append(ScheduledItem(
+                key[0], 0, ItemKind.PROMPT, p.prefix, p.chunk, depth=p.depth,
+                num_depths=depths, fused_prelude=fused,
+                token_ids=ids, prompt_state=handle, is_last_chunk=True,
+            ))
+        stage = Stage.PREFILL if prefill else Stage.RECURRENT
+        return Batch(next(self._step), stage, tuple(items)), live
+
+    def release(self, live: _Live) -> None:
+        for key in live.keys:
+            self.kv.free(key)
+            self.runner.decode_states.release(key)
+        for handle in live.handles:
+            self.runner.prompt_pool.release(handle)
+
+
+@dataclass
+class Measured:
+    """One shape's timings (seconds, warm-up excluded) and its batch for feature extraction."""
+
+    shape: Shape
+    batch: Batch
+    times_s: list[float]
+
+    @property
+    def median_s(self) -> float:
+        xs = sorted(self.times_s)
+        n = len(xs)
+        return xs[n // 2] if n % 2 else 0.5 * (xs[n // 2 - 1] + xs[n // 2])
+
+
+def measure_shapes(
+    rig: CalibrationRig,
+    shapes: list[Shape],
+    *,
+    repeats: int,
+    max_seconds: float | None = None,
+    seed: int = 0,
+    progress: bool = True,
+) -> list[Measured]:
+    """Warm-up round plus up to ``repeats`` timed rounds over ``shapes``.
+
+    Each execution gets a freshly built batch (building is not timed) whose requests are freed
+    right after, so the rig's KV only needs to hold the largest shape. With ``max_seconds``
+    the number of rounds is cut to what fits; at least one timed round always completes.
+    """
+    timer = StepTimer(rig.runner.device)
+    out: list[Measured] = []
+    for s in shapes:  # one build per shape for its features; freed at once
+        batch, live = rig.build(s)
+        rig.release(live)
+        out.append(Measured(s, batch, []))
+    rng = random.Random(seed)
+    started = time.perf_counter()
+    bar = tqdm(total=len(shapes) * (repeats + 1), desc="calibrate", unit="step",
+               file=sys.stderr, disable=not progress, leave=False)
+    rounds, r = repeats, 0
+    try:
+        while r <= rounds:
+            order = list(range(len(shapes)))
+            rng.shuffle(order)
+            t_round = time.perf_counter()
+            for i in order:
+                batch, live = rig.build(shapes[i])
+                try:
+                    dt = timer(lambda b=batch: rig.runner.execute(b))
+                finally:
+                    rig.release(live)
+                if r > 0:
+                    out[i].times_s.append(dt)
+                bar.update(1)
+            if max_seconds is not None and r >= 1:
+                per_round = time.perf_counter() - t_round
+                left = max_seconds - (time.perf_counter() - started)
+                fits = r + max(0, int(left // max(per_round, 1e-9)))
+                if fits < rounds:
+                    rounds = fits
+                    bar.total = len(shapes) * (rounds + 1)
+                    bar.refresh()
+            r += 1
+    finally:
+        bar.close()
+    return out

@@ -1,0 +1,189 @@
+"""The forced batch shapes calibration measures: a fitting grid plus held-out shapes.
+
+A ``Shape`` says what one step contains, independent of any core or runner: decode rows
+(context, depth), prompt items (prefix, chunk, depth, fused prelude), how many depths a
+PREFILL item runs, or the row count of a PRELUDE / CODA step. ``shape_grid`` covers what the
+three arms produce (decode-only RECURRENT at several row counts, contexts and depth mixes;
+prompt-only per-depth items at several chunk sizes and prefixes; mixed calls with and without
+a fused prelude; A0 atomic PREFILL steps and prompt shortcuts; PRELUDE; CODA). Held-out shapes
+are drawn at off-grid values from the same ranges with a seeded generator and are never fitted.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass, field
+
+KINDS: tuple[str, ...] = ("decode", "prompt", "mixed", "prefill", "prelude", "coda")
+
+
+@dataclass(frozen=True, slots=True)
+class DecodeRow:
+    """One decode item: it attends to ``context`` positions (its own included) at ``depth``."""
+
+    context: int
+    depth: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class PromptChunk:
+    """One prompt item over positions [prefix, prefix + chunk) at ``depth``."""
+
+    prefix: int
+    chunk: int
+    depth: int = 0
+    fused: bool = False  # embedded inside this core call (depth 0 only)
+
+
+@dataclass(frozen=True, slots=True)
+class Shape:
+    """One forced step. ``num_depths`` applies to PREFILL items (D for A0, fewer for a prompt
+    shortcut that starts deeper); ``rows`` to PRELUDE / CODA steps."""
+
+    kind: str
+    decode: tuple[DecodeRow, ...] = ()
+    prompts: tuple[PromptChunk, ...] = ()
+    num_depths: int = 1
+    rows: int = 0
+    held_out: bool = False
+
+    @property
+    def label(self) -> str:
+        """Compact, unique-enough description for logs and CSV files."""
+        parts = [self.kind]
+        if self.decode:
+            ctx = sorted(r.context for r in self.decode)
+            depths = sorted({r.depth for r in self.decode})
+            parts.append(f"d{len(self.decode)}x[{ctx[0]}..{ctx[-1]}]@{depths}")
+        for p in self.prompts:
+            parts.append(f"p{p.chunk}+{p.prefix}@{p.depth}{'f' if p.fused else ''}")
+        if self.kind == "prefill":
+            parts.append(f"D{self.num_depths}")
+        if self.rows:
+            parts.append(f"r{self.rows}")
+        return " ".join(parts)
+
+
+@dataclass(frozen=True, slots=True)
+class GridSpec:
+    """The ranges the grid covers. Contexts include the row itself; prefixes are the KV
+    positions before a prompt chunk."""
+
+    rows: tuple[int, ...] = (1, 2, 4, 8, 16)
+    contexts: tuple[int, ...] = (64, 256, 1024, 2048)
+    chunks: tuple[int, ...] = (16, 64, 128, 256)
+    prefixes: tuple[int, ...] = (0, 256, 1024, 2048)
+    mixed_rows: tuple[int, ...] = (1, 4, 8, 16)
+    num_depths: int = 4
+    held_out_per_kind: dict[str, int] = field(
+        default_factory=lambda: {"decode": 8, "prompt": 8, "mixed": 10, "prefill": 6,
+                                 "prelude": 3, "coda": 3}
+    )
+
+    @property
+    def max_rows(self) -> int:
+        return max(max(self.rows), max(self.mixed_rows))
+
+
+QUICK = GridSpec(
+    rows=(1, 4), contexts=(16, 96), chunks=(8, 32), prefixes=(0, 64), mixed_rows=(2, 4),
+    held_out_per_kind={"decode": 2, "prompt": 2, "mixed": 2, "prefill": 2, "prelude": 1,
+                       "coda": 1},
+)
+
+
+def _decode_rows(n: int, context: int, spread: bool, num_depths: int) -> tuple[DecodeRow, ...]:
+    """``n`` rows at ``context``; spread: contexts ramp up to ``context`` and depths cycle."""
+    if not spread:
+        return tuple(DecodeRow(context, 0) for _ in range(n))
+    return tuple(
+        DecodeRow(max(1, context * (i + 1) // n), i % num_depths) for i in range(n)
+    )
+
+
+def fit_shapes(spec: GridSpec) -> list[Shape]:
+    """The fitting grid (deterministic)."""
+    D = spec.num_depths
+    out: list[Shape] = []
+    for n in spec.rows:
+        for c in spec.contexts:
+            for spread in (False, True):
+                out.append(Shape("decode", decode=_decode_rows(n, c, spread, D)))
+    for chunk in spec.chunks:
+        for prefix in spec.prefixes:
+            out.append(Shape("prompt", prompts=(PromptChunk(prefix, chunk, 0, True),)))
+            out.append(Shape("prompt", prompts=(PromptChunk(prefix, chunk, 1 % D, False),)))
+    small, big = min(spec.chunks), max(spec.chunks)
+    for k in (2, 3):  # several prompt items in one call (two injected prompts, A1/A2)
+        out.append(Shape("prompt", prompts=tuple(
+            PromptChunk(spec.prefixes[i % len(spec.prefixes)], small, i % D, False)
+            for i in range(k))))
+    mid_ctx = spec.contexts[len(spec.contexts) // 2]
+    for n in spec.mixed_rows:
+        for chunk in spec.chunks:
+            for prefix in (spec.prefixes[0], spec.prefixes[-1]):
+                for fused in (True, False):
+                    out.append(Shape(
+                        "mixed", decode=_decode_rows(n, mid_ctx, True, D),
+                        prompts=(PromptChunk(prefix, chunk, 0 if fused else D - 1, fused),),
+                    ))
+    out.append(Shape("mixed", decode=_decode_rows(max(spec.mixed_rows), max(spec.contexts),
+                                                  True, D),
+                     prompts=(PromptChunk(spec.prefixes[1 % len(spec.prefixes)], big, 2 % D),)))
+    for chunk in spec.chunks:
+        for prefix in spec.prefixes:
+            out.append(Shape("prefill", prompts=(PromptChunk(prefix, chunk, 0, True),),
+                             num_depths=D))
+        out.append(Shape("prefill", prompts=(PromptChunk(spec.prefixes[0], chunk, 0, True),
+                                             PromptChunk(spec.prefixes[-1], chunk, 0, True)),
+                         num_depths=D))
+    if D > 2:  # prompt shortcut: the remaining depths of an embedded item in one step
+        for chunk in (small, big):
+            out.append(Shape("prefill", prompts=(PromptChunk(spec.prefixes[1 % len(
+                spec.prefixes)], chunk, D // 2, False),), num_depths=D - D // 2))
+    for n in sorted(set(spec.rows) | set(spec.mixed_rows)):
+        out.append(Shape("prelude", rows=n))
+        out.append(Shape("coda", rows=n))
+    return out
+
+
+def held_out_shapes(spec: GridSpec, seed: int = 1) -> list[Shape]:
+    """Random shapes inside the grid's ranges, off the grid where the ranges allow."""
+    rng = random.Random(seed)
+    D = spec.num_depths
+    lo_ctx, hi_ctx = min(spec.contexts), max(spec.contexts)
+    lo_ch, hi_ch = min(spec.chunks), max(spec.chunks)
+    hi_pre = max(spec.prefixes)
+    max_rows = spec.max_rows
+
+    def rows() -> tuple[DecodeRow, ...]:
+        n = rng.randint(1, max_rows)
+        return tuple(DecodeRow(rng.randint(lo_ctx, hi_ctx), rng.randrange(D)) for _ in range(n))
+
+    def chunk(depth: int | None = None, fused: bool | None = None) -> PromptChunk:
+        d = rng.randrange(D) if depth is None else depth
+        f = (d == 0 and rng.random() < 0.5) if fused is None else fused
+        return PromptChunk(rng.randint(0, hi_pre), rng.randint(lo_ch, hi_ch), d, f)
+
+    out: list[Shape] = []
+    n = spec.held_out_per_kind
+    for _ in range(n.get("decode", 0)):
+        out.append(Shape("decode", decode=rows(), held_out=True))
+    for _ in range(n.get("prompt", 0)):
+        k = 1 if rng.random() < 0.7 else 2
+        out.append(Shape("prompt", prompts=tuple(chunk() for _ in range(k)), held_out=True))
+    for _ in range(n.get("mixed", 0)):
+        out.append(Shape("mixed", decode=rows(), prompts=(chunk(),), held_out=True))
+    for _ in range(n.get("prefill", 0)):
+        k = 1 if rng.random() < 0.7 else 2
+        out.append(Shape("prefill", prompts=tuple(chunk(0, True) for _ in range(k)),
+                         num_depths=D, held_out=True))
+    for kind in ("prelude", "coda"):
+        for _ in range(n.get(kind, 0)):
+            out.append(Shape(kind, rows=rng.randint(1, max_rows), held_out=True))
+    return out
+
+
+def shape_grid(spec: GridSpec, seed: int = 1) -> list[Shape]:
+    """Fitting shapes followed by held-out shapes."""
+    return fit_shapes(spec) + held_out_shapes(spec, seed)
