@@ -43,6 +43,10 @@ def build_parser() -> argparse.ArgumentParser:
     rep = sub.add_parser("report", help="one report.html comparing one or more run folders")
     rep.add_argument("run_dirs", nargs="+", metavar="RUN_DIR")
     rep.add_argument("--out", help="folder for report.html (default: the first RUN_DIR)")
+    from loopserve import calibrate_cmd, fidelity
+
+    calibrate_cmd.add_parser(sub)
+    fidelity.add_parser(sub)
     return p
 
 
@@ -51,6 +55,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         if args.command == "report":
             return cmd_report(args.run_dirs, args.out)
+        if args.command in ("calibrate", "fidelity"):
+            return int(args.handler(args, list(sys.argv if argv is None else
+                                                ["loopserve", *argv])))
         return cmd_run(args, require_sweep=args.command == "sweep",
                        argv=list(sys.argv if argv is None else ["loopserve", *argv]))
     except UserError as err:
