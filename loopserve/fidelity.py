@@ -1,23 +1,155 @@
-"""``loopserve fidelity``: the same scenario in simulation (calibrated) and on the real target."""
+"""``loopserve fidelity``: one scenario simulated with a calibrated profile and run on the real
+target (same configs, workloads and seeds), then compared.
+
+    loopserve fidelity SCENARIO --profile FILE --target cpu|cuda [--out DIR] [--set k=v ...]
+
+Writes ``fidelity.json`` (DESIGN.md §9: ``step_mape``, ``step_max_error``, ``arms`` with the
+sim / measured / rel_error of six metrics per arm, ``same_batches``; plus per-kind and
+per-stage step errors, the host-gap error and the batch-sequence comparison), ``report.html``,
+``steps.csv`` (both worlds, each measured step with its prediction), ``scenario.yaml`` and
+``env.json``, into a folder that appears complete or not at all.
+
+Per-step error: each measured batch is predicted with ``CalibratedCost.execute_time`` and
+compared with its measured ``execute`` time, rel_error = (predicted - measured) / measured.
+"""
 
 from __future__ import annotations
 
 import argparse
-from typing import Any
+import json
+import sys
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from loopserve.errors import UserError
+
+if TYPE_CHECKING:
+    from loopserve.fidelity_data import WorldRun
+    from loopserve.schema.scenario import Scenario
+    from sim.cost.calibrated import Profile
 
 
 def add_parser(sub: Any) -> None:
     """Register the ``fidelity`` subcommand on the CLI's subparsers."""
-    p = sub.add_parser("fidelity", help="simulated vs measured: per-step and per-arm errors")
+    p = sub.add_parser("fidelity", help="simulated (calibrated) vs measured on the real target")
     p.add_argument("scenario", help="scenario YAML file")
     p.add_argument("--profile", required=True, help="calibrated profile JSON")
     p.add_argument("--target", required=True, help="cpu | cuda")
-    p.add_argument("--out", help="folder to write (default results/<name>/<run-id>-fidelity)")
+    p.add_argument("--out", help="folder to write (default results/<name>/<run-id>)")
     p.add_argument("--set", dest="sets", action="append", default=[], metavar="KEY=VALUE",
                    help="override a dotted scenario field, value parsed as YAML (repeatable)")
     p.add_argument("--no-progress", action="store_true", help="hide the progress bar")
     p.set_defaults(handler=main)
 
 
+def check_profile(path: str, scn: Scenario, target: str) -> Profile:
+    """Load ``path`` and check it fits the scenario and target; UserError naming --profile."""
+    from sim.calibration.resolve import model_label
+    from sim.cost.calibrated import load_profile
+
+    try:
+        prof = load_profile(path)
+    except ValueError as err:
+        raise UserError("--profile", str(err).removeprefix("cost.profile: ")) from None
+    model = model_label(scn.model)
+    fix = f"run `loopserve calibrate --target {target} --model {scn.model}`"
+    if prof.model != model:
+        raise UserError("--profile", f"{path} was measured for model {prof.model!r} but scenario "
+                        f"{scn.name!r} uses {model!r}; {fix} or pass that model's profile")
+    if prof.hardware != scn.hardware:
+        raise UserError("--profile", f"{path} was measured on hardware {prof.hardware!r} but "
+                        f"scenario {scn.name!r} simulates {scn.hardware!r}; use a "
+                        f"{scn.hardware} profile or --set hardware={prof.hardware}")
+    if (target == "cpu") != (prof.hardware == "cpu"):
+        raise UserError("--profile", f"{path} was measured on {prof.hardware!r}, not on the "
+                        f"--target {target} device; {fix}")
+    return prof
+
+
 def main(args: argparse.Namespace, argv: list[str]) -> int:
-    raise NotImplementedError
+    """Plan both worlds, run them, compare, write; UserError on bad input (exit 2)."""
+    from loopserve import env_info, outputs
+    from loopserve.fidelity_data import compare, run_real, run_sim
+    from loopserve.fidelity_report import write_report
+    from loopserve.orchestrate import plan_runs
+    from loopserve.schema import load_scenario
+
+    started = time.time()
+    if args.target not in ("cpu", "cuda"):
+        raise UserError("--target", f"unknown target {args.target!r}; use cpu or cuda")
+    scn = load_scenario(args.scenario, args.sets)
+    prof = check_profile(args.profile, scn, args.target)
+    profile_abs = str(Path(args.profile).resolve())
+    cal = load_scenario(args.scenario, [*args.sets, "cost=" + json.dumps(
+        {"kind": "calibrated", "profile": profile_abs})])
+    sim_plan = plan_runs(cal, "sim")
+    real_plan = plan_runs(cal, args.target)
+    dest = _destination(args.out, scn.name, args.target)
+    progress = not args.no_progress
+    sim_runs = run_sim(sim_plan, progress=progress)
+    real_runs = run_real(real_plan, prof, progress=progress)
+    cost = next(iter(sim_plan.costs.values()))
+    result = compare(sim_plan, sim_runs, real_runs, cost, prof)
+    with outputs.staged_dir(dest) as tmp:
+        outputs.write_json(tmp / "fidelity.json", result)
+        outputs.write_scenario(tmp / "scenario.yaml", cal)
+        _write_steps(tmp / "steps.csv", sim_runs, real_runs, cost)
+        outputs.write_json(tmp / "env.json", env_info.collect(
+            target=args.target, hardware=scn.hardware, run_id=dest.name, argv=argv,
+            started_s=started, run_wall_s=[
+                {"world": w, "arm": r.spec.arm, "point_id": r.spec.point_id,
+                 "repeat": r.spec.repeat, "wall_s": round(r.records.wall_s, 6)}
+                for w, runs in (("sim", sim_runs), ("measured", real_runs)) for r in runs]))
+        write_report(tmp / "report.html", scn, result, sim_runs, real_runs, cost)
+    print(_table(result))
+    print(f"report: {dest / 'report.html'}")
+    return 0
+
+
+def _destination(out: str | None, name: str, target: str) -> Path:
+    from loopserve.outputs import new_run_id
+
+    if out is not None:
+        dest = Path(out)
+        if dest.exists() and (not dest.is_dir() or any(dest.iterdir())):
+            raise UserError("--out", f"{dest} exists and is not an empty folder; pick a new one")
+        return dest
+    parent = Path("results") / name
+    return parent / new_run_id(f"fidelity-{target}", parent)
+
+
+def _write_steps(path: Path, sim_runs: list[WorldRun], real_runs: list[WorldRun],
+                 cost: Any) -> None:
+    from loopserve.outputs import write_csv
+
+    cols = ("world", "arm", "point_id", "repeat", "step", "start_s", "end_s", "kind",
+            "core_calls", "num_decode_items", "num_prompt_tokens", "predicted_s", "cpu_s")
+    rows = []
+    for world, runs in (("sim", sim_runs), ("measured", real_runs)):
+        for r in runs:
+            for i, (s, b) in enumerate(zip(r.records.steps, r.batches, strict=True)):
+                cpu = r.cpu_s[i] if r.cpu_s else ""
+                rows.append((world, r.spec.arm, r.spec.point_id, r.spec.repeat, s.step,
+                             s.start_s, s.end_s, s.kind, s.core_calls, s.num_decode_items,
+                             s.num_prompt_tokens, cost.execute_time(b), cpu))
+    write_csv(path, cols, rows)
+
+
+def _table(result: dict[str, Any]) -> str:
+    head = f"{'arm':<10} {'metric':<13} {'sim':>10} {'measured':>10} {'error':>8}"
+    lines = [head, "-" * len(head)]
+    for arm, metrics in result["arms"].items():
+        for name, v in metrics.items():
+            err = f"{100 * v['rel_error']:+.1f}%" if v["rel_error"] is not None else "-"
+            sim = f"{v['sim']:.4g}" if v["sim"] is not None else "-"
+            meas = f"{v['measured']:.4g}" if v["measured"] is not None else "-"
+            lines.append(f"{arm:<10} {name:<13} {sim:>10} {meas:>10} {err:>8}")
+    lines.append(f"per-step MAPE {100 * result['step_mape']:.2f}% (worst "
+                 f"{100 * result['step_max_error']:.1f}%); same batches: "
+                 f"{result['same_batches']}")
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit("use: loopserve fidelity ...")

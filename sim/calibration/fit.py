@@ -81,18 +81,20 @@ class _Spec:
         return 1 + len(self.features) + max(0, len(self.knots) - 1)
 
 
-def _knots(values: np.ndarray) -> tuple[float, ...]:
-    """0 plus up to four quantiles of the distinct positive values seen."""
-    pos = np.unique(values[values > 0])
-    if pos.size < 3:
+def _knots(values: np.ndarray, max_knots: int = 6) -> tuple[float, ...]:
+    """Up to ``max_knots`` of the distinct values seen, evenly spaced in rank (the grid is
+    geometric, so this is roughly log-spaced), always the smallest and the largest."""
+    distinct = np.unique(values)
+    if distinct.size < 3:
         return ()
-    qs = np.unique(np.quantile(pos, [0.25, 0.5, 0.75, 1.0], method="nearest"))
-    return (0.0, *(float(q) for q in qs))
+    picks = np.unique(np.round(np.linspace(0, distinct.size - 1, min(max_knots, distinct.size))))
+    return tuple(float(distinct[int(i)]) for i in picks)
 
 
 def _pwl_basis(knots: Sequence[float], x: np.ndarray) -> np.ndarray:
-    """Columns k = 1..m: the piecewise-linear function with value 1 at knot k and 0 at the
-    others (extended linearly past the ends), so g(x) = basis @ values with g(0) = 0."""
+    """Columns k = 1..m-1: the piecewise-linear function with value 1 at knot k and 0 at the
+    other knots (extended linearly past both ends), so g(x) = basis @ values has g = 0 at the
+    first knot and the intercept stays identifiable."""
     pts = np.asarray(knots, dtype=np.float64)
     m = len(pts) - 1
     seg = np.clip(np.searchsorted(pts, x, side="left"), 1, m)
@@ -114,13 +116,15 @@ def _design(spec: _Spec, feats: dict[str, np.ndarray], n: int) -> np.ndarray:
     return X
 
 
-def _solve(X: np.ndarray, y: np.ndarray) -> np.ndarray | None:
-    """Relative-error least squares; None if degenerate or any parameter is negative."""
-    if X.shape[0] < X.shape[1]:
-        return None
+def _solve(X: np.ndarray, y: np.ndarray, *, full_rank: bool = True) -> np.ndarray | None:
+    """Relative-error least squares; None if any parameter is negative, or if the system is
+    rank-deficient and ``full_rank`` (a CV fold may miss a grid segment: it then gets the
+    minimum-norm solution)."""
     w = 1.0 / y
     beta, _, rank, _ = np.linalg.lstsq(X * w[:, None], y * w, rcond=None)
-    if rank < X.shape[1] or np.any(beta < -1e-12 * max(1.0, float(np.abs(beta).max()))):
+    if full_rank and rank < X.shape[1]:
+        return None
+    if np.any(beta < -1e-12 * max(1.0, float(np.abs(beta).max()))):
         return None
     return np.asarray(beta)
 
@@ -138,7 +142,7 @@ def _cv_mape(spec: _Spec, feats: dict[str, np.ndarray], y: np.ndarray, folds: in
     errs = np.empty(n)
     for k in range(folds):
         test = idx % folds == k
-        beta = _solve(X[~test], y[~test])
+        beta = _solve(X[~test], y[~test], full_rank=False)
         if beta is None:
             return float("inf")
         errs[test] = np.abs(X[test] @ beta - y[test]) / y[test]
@@ -182,7 +186,8 @@ def fit_stage(kind: str, samples: Sequence[Sample], *, folds: int = 5) -> StageR
     feats = {f: np.array([s.features[f] for s in fit_s], dtype=np.float64) for f in names}
     folds = max(2, min(folds, y.size))
     scored = [(_cv_mape(sp, feats, y, folds), sp) for sp in _specs(kind, feats)]
-    finite = [(e, sp) for e, sp in scored if np.isfinite(e)]
+    finite = [(e, sp) for e, sp in scored
+              if np.isfinite(e) and _solve(_design(sp, feats, y.size), y) is not None]
     if not finite:  # too few samples for any feature: the mean time
         finite = [(float(np.mean(np.abs(y - y.mean()) / y)), _Spec((), None))]
     best = min(e for e, _ in finite)

@@ -32,16 +32,19 @@ class RecordingRunner:
         self._runner = runner
         self.batches: list[Batch] = []
         self.execute_s: list[float] = []
+        self.cpu_s: list[float] = []  # the calling thread's CPU time in execute
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._runner, name)
 
     def execute(self, batch: Batch) -> StepResult:
+        c0 = time.thread_time()
         t0 = time.perf_counter()
         try:
             return self._runner.execute(batch)
         finally:
             self.execute_s.append(time.perf_counter() - t0)
+            self.cpu_s.append(time.thread_time() - c0)
             self.batches.append(batch)
 
 

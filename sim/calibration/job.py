@@ -28,6 +28,7 @@ from sim.calibration.fit import (
 )
 from sim.calibration.host_gap import RecordingRunner, execute_samples, gap_samples, gap_workload
 from sim.calibration.measure import CalibrationRig, config_for, measure_shapes
+from sim.calibration.resolve import model_label
 from sim.calibration.shapes import KINDS, QUICK, GridSpec, shape_grid
 from sim.cost.calibrated import PROFILE_FORMAT, Profile, Provenance
 from sim.cost.features import batch_features
@@ -69,11 +70,6 @@ def hardware_name(device: torch.device) -> str:
         words = [words[0] + words[1]]
     first = re.split(r"[-/]", words[0])[0] if words else "gpu"
     return re.sub(r"[^a-z0-9.]", "", first) or "gpu"
-
-
-def model_label(name_or_dir: str) -> str:
-    """The model name a profile carries: the preset, or the checkpoint folder's name."""
-    return Path(name_or_dir).name if os.path.isdir(name_or_dir) else name_or_dir
 
 
 def device_name(device: torch.device) -> str:
@@ -127,7 +123,21 @@ def calibrate(
     threads: int = 1, block_size: int = 16, backend: str = "torch", seed: int = 0,
     progress: bool = True, command: list[str] | None = None,
 ) -> CalibrationResult:
-    """Measure and fit. Raises ValueError("model: ...") for an unknown model."""
+    """Measure and fit. Raises ValueError("model: ...") for an unknown model. The CPU thread
+    count is set for the measurement and restored afterwards."""
+    before = torch.get_num_threads()
+    try:
+        return _calibrate(target=target, model=model, repeats=repeats, max_seconds=max_seconds,
+                          quick=quick, threads=threads, block_size=block_size, backend=backend,
+                          seed=seed, progress=progress, command=command)
+    finally:
+        torch.set_num_threads(before)
+
+
+def _calibrate(
+    *, target: str, model: str, repeats: int, max_seconds: float, quick: bool, threads: int,
+    block_size: int, backend: str, seed: int, progress: bool, command: list[str] | None,
+) -> CalibrationResult:
     device = torch.device(target)
     if device.type == "cpu":
         torch.set_num_threads(threads)
@@ -148,6 +158,8 @@ def calibrate(
     stages = fit_profile_stages(samples, KINDS)
     gap = fit_stage("step_gap", gaps) if gaps else None
     mape, worst = pooled_held_out(stages)
+    contended = sum(len(m.contended) for m in measured)
+    timed = contended + sum(len(m.times_s) for m in measured)
     elapsed = time.perf_counter() - started
     prov = Provenance(
         device=device_name(device), torch_version=torch.__version__,
@@ -161,6 +173,7 @@ def calibrate(
         num_fit_shapes=sum(not m.shape.held_out for m in measured),
         num_held_out_shapes=sum(m.shape.held_out for m in measured),
         repeats=min(len(m.times_s) for m in measured), seconds=round(elapsed, 1),
+        contended_fraction=round(contended / max(1, timed), 4),
         command=command,
     )
     profile = Profile(

@@ -17,7 +17,7 @@ import random
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 from tqdm import tqdm
@@ -33,12 +33,21 @@ _STAGES = {"prelude": Stage.PRELUDE, "coda": Stage.CODA, "prefill": Stage.PREFIL
 
 
 class StepTimer:
-    """Seconds one call takes: CUDA events + synchronize on a GPU, perf_counter on CPU."""
+    """Times one call: CUDA events + synchronize on a GPU, perf_counter on CPU.
+
+    Returns ``(seconds, clean)``. On CPU ``clean`` is False when the wall time exceeds the
+    thread's CPU time by more than ``CONTENDED`` (the OS ran something else meanwhile: on a
+    shared machine such samples measure the neighbours, not the runner); with one torch
+    thread all of ``execute`` runs on the calling thread. CUDA samples are always clean.
+    """
+
+    CONTENDED = (1.15, 2e-4)  # wall > cpu * 1.15 + 0.2 ms
 
     def __init__(self, device: torch.device) -> None:
         self.cuda = device.type == "cuda"
+        self.check = not self.cuda and torch.get_num_threads() == 1
 
-    def __call__(self, fn: Callable[[], object]) -> float:
+    def __call__(self, fn: Callable[[], object]) -> tuple[float, bool]:
         if self.cuda:
             torch.cuda.synchronize()
             start = torch.cuda.Event(enable_timing=True)
@@ -47,10 +56,14 @@ class StepTimer:
             fn()
             end.record()
             end.synchronize()
-            return float(start.elapsed_time(end)) / 1e3
+            return float(start.elapsed_time(end)) / 1e3, True
+        c0 = time.thread_time()
         t0 = time.perf_counter()
         fn()
-        return time.perf_counter() - t0
+        wall = time.perf_counter() - t0
+        cpu = time.thread_time() - c0
+        ratio, slack = self.CONTENDED
+        return wall, not self.check or wall <= cpu * ratio + slack
 
 
 def _blocks(tokens: int, block_size: int) -> int:
@@ -166,15 +179,17 @@ class CalibrationRig:
 
 @dataclass
 class Measured:
-    """One shape's timings (seconds, warm-up excluded) and its batch for feature extraction."""
+    """One shape's clean timings (seconds, warm-up excluded), how many samples were dropped
+    as contended, and its batch for feature extraction."""
 
     shape: Shape
     batch: Batch
     times_s: list[float]
+    contended: list[float] = field(default_factory=list)
 
     @property
     def median_s(self) -> float:
-        xs = sorted(self.times_s)
+        xs = sorted(self.times_s or self.contended)
         n = len(xs)
         return xs[n // 2] if n % 2 else 0.5 * (xs[n // 2 - 1] + xs[n // 2])
 
@@ -188,11 +203,13 @@ def measure_shapes(
     seed: int = 0,
     progress: bool = True,
 ) -> list[Measured]:
-    """Warm-up round plus up to ``repeats`` timed rounds over ``shapes``.
+    """A warm-up round, then rounds until every shape has ``repeats`` clean samples.
 
     Each execution gets a freshly built batch (building is not timed) whose requests are freed
-    right after, so the rig's KV only needs to hold the largest shape. With ``max_seconds``
-    the number of rounds is cut to what fits; at least one timed round always completes.
+    right after, so the rig's KV only needs to hold the largest shape. Each round visits the
+    shapes still short of clean samples in a new seeded order. Rounds stop at ``2 x repeats``
+    or when ``max_seconds`` would be exceeded (one timed round always completes); a shape with
+    no clean sample then falls back to its contended ones.
     """
     timer = StepTimer(rig.runner.device)
     out: list[Measured] = []
@@ -204,30 +221,44 @@ def measure_shapes(
     started = time.perf_counter()
     bar = tqdm(total=len(shapes) * (repeats + 1), desc="calibrate", unit="step",
                file=sys.stderr, disable=not progress, leave=False)
-    rounds, r = repeats, 0
     try:
-        while r <= rounds:
-            order = list(range(len(shapes)))
-            rng.shuffle(order)
+        for r in range(2 * repeats + 1):
+            todo = [i for i, m in enumerate(out) if r == 0 or len(m.times_s) < repeats]
+            if not todo:
+                break
+            rng.shuffle(todo)
             t_round = time.perf_counter()
-            for i in order:
+            for i in todo:
                 batch, live = rig.build(shapes[i])
                 try:
-                    dt = timer(lambda b=batch: rig.runner.execute(b))
+                    dt, clean = timer(lambda b=batch: rig.runner.execute(b))
                 finally:
                     rig.release(live)
                 if r > 0:
-                    out[i].times_s.append(dt)
-                bar.update(1)
+                    (out[i].times_s if clean else out[i].contended).append(dt)
+                    if clean:
+                        bar.update(1)
+                else:
+                    bar.update(1)
             if max_seconds is not None and r >= 1:
                 per_round = time.perf_counter() - t_round
-                left = max_seconds - (time.perf_counter() - started)
-                fits = r + max(0, int(left // max(per_round, 1e-9)))
-                if fits < rounds:
-                    rounds = fits
-                    bar.total = len(shapes) * (rounds + 1)
-                    bar.refresh()
-            r += 1
+                if time.perf_counter() - started + per_round > max_seconds:
+                    break
     finally:
         bar.close()
     return out
+
+
+def shape_of(batch: Batch) -> Shape:
+    """The forced shape that reproduces ``batch`` (for re-measuring steps of a real run)."""
+    from sim.calibration.shapes import DecodeRow, PromptChunk
+
+    kind = batch.kind_label
+    if kind in ("prelude", "coda"):
+        return Shape(kind, rows=len(batch.items))
+    decode = tuple(DecodeRow(it.position + 1, it.depth) for it in batch.items
+                   if it.kind is ItemKind.DECODE)
+    prompts = tuple(PromptChunk(it.position, it.num_tokens, it.depth, it.fused_prelude)
+                    for it in batch.items if it.kind is ItemKind.PROMPT)
+    depths = max((it.num_depths for it in batch.items), default=1)
+    return Shape(kind, decode=decode, prompts=prompts, num_depths=depths)

@@ -11,6 +11,7 @@ are drawn at off-grid values from the same ranges with a seeded generator and ar
 
 from __future__ import annotations
 
+import itertools
 import random
 from dataclasses import dataclass, field
 
@@ -118,18 +119,20 @@ def fit_shapes(spec: GridSpec) -> list[Shape]:
         out.append(Shape("prompt", prompts=tuple(
             PromptChunk(spec.prefixes[i % len(spec.prefixes)], small, i % D, False)
             for i in range(k))))
-    mid_ctx = spec.contexts[len(spec.contexts) // 2]
-    for n in spec.mixed_rows:
-        for chunk in spec.chunks:
-            for prefix in (spec.prefixes[0], spec.prefixes[-1]):
-                for fused in (True, False):
-                    out.append(Shape(
-                        "mixed", decode=_decode_rows(n, mid_ctx, True, D),
-                        prompts=(PromptChunk(prefix, chunk, 0 if fused else D - 1, fused),),
-                    ))
+    # Decode contexts alternate between a middle and the largest value, so the mixed fit sees
+    # the whole decode range without doubling the grid.
+    ctx_levels = (spec.contexts[len(spec.contexts) // 2], max(spec.contexts))
+    combos = itertools.product(spec.mixed_rows, spec.chunks, (spec.prefixes[0],
+                                                             spec.prefixes[-1]), (True, False))
+    for i, (n, chunk, prefix, fused) in enumerate(combos):
+        out.append(Shape(
+            "mixed", decode=_decode_rows(n, ctx_levels[(i // 2 + n) % 2], True, D),
+            prompts=(PromptChunk(prefix, chunk, 0 if fused else D - 1, fused),),
+        ))
     out.append(Shape("mixed", decode=_decode_rows(max(spec.mixed_rows), max(spec.contexts),
                                                   True, D),
-                     prompts=(PromptChunk(spec.prefixes[1 % len(spec.prefixes)], big, 2 % D),)))
+                     prompts=(PromptChunk(spec.prefixes[1 % len(spec.prefixes)], big, 2 % D),
+                              PromptChunk(0, small, 0, True))))
     for chunk in spec.chunks:
         for prefix in spec.prefixes:
             out.append(Shape("prefill", prompts=(PromptChunk(prefix, chunk, 0, True),),

@@ -1,0 +1,256 @@
+"""Both worlds of a fidelity run, and their comparison (the ``fidelity.json`` document).
+
+The simulator runs each planned run with the calibrated cost, the batches captured as the
+cost model sees them; the real target runs the same specs through ``run_realtime`` with a
+``RecordingRunner`` (each executed batch, its wall and thread-CPU time). Sim and real share
+configs, workload sources and seeds, so their batch sequences must agree wherever the
+schedule does not depend on timing.
+"""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+from tqdm import tqdm
+
+from engine.core.batch import Batch
+from engine.core.records import RunRecords, batch_signature
+from loopserve.orchestrate import Plan, RunSpec, build_source
+from sim.cost.calibrated import CalibratedCost, Profile
+
+METRICS: dict[str, tuple[str, str | None]] = {
+    "itl_p50_ms": ("itl_ms", "p50"),
+    "itl_p99_ms": ("itl_ms", "p99"),
+    "ttft_p50_ms": ("ttft_ms", "p50"),
+    "ttft_p99_ms": ("ttft_ms", "p99"),
+    "tpot_mean_ms": ("tpot_ms", "mean"),
+    "output_tok_s": ("output_tok_s", None),
+}
+
+
+@dataclass
+class WorldRun:
+    """One run in one world: records, the executed batches in order, metrics."""
+
+    spec: RunSpec
+    records: RunRecords
+    batches: list[Batch]
+    metrics: dict[str, Any]
+    cpu_s: list[float] = field(default_factory=list)  # real world: thread CPU per execute
+
+
+class _Capture:
+    """A cost model that records every batch it prices (one call per simulated step)."""
+
+    def __init__(self, cost: Any) -> None:
+        self.cost = cost
+        self.batches: list[Batch] = []
+
+    def step_time(self, batch: Batch) -> float:
+        self.batches.append(batch)
+        return float(self.cost.step_time(batch))
+
+    def breakdown(self, batch: Batch) -> dict[str, float]:
+        return dict(self.cost.breakdown(batch))
+
+
+def _bar(plan: Plan, world: str, progress: bool) -> Any:
+    return tqdm(plan.runs, desc=f"{plan.scenario.name} [{world}]", unit="run", file=sys.stderr,
+                disable=not progress, leave=False)
+
+
+def run_sim(plan: Plan, *, progress: bool = True) -> list[WorldRun]:
+    """Every planned run in the simulator (calibrated cost), batches captured."""
+    from loopserve.metrics import summarize
+    from sim.driver import simulate
+    from sim.exit_model import make_signal_fn
+
+    by_id = {p.point_id: p for p in plan.points}
+    out = []
+    for spec in _bar(plan, "sim", progress):
+        scn = by_id[spec.point_id].scenario
+        capture = _Capture(plan.costs[spec.point_id])
+        signal_fn = make_signal_fn(spec.cfg.exit, plan.shape.num_depths, seed=spec.seed,
+                                   mean_lambdas=scn.exit.lambdas)
+        records = simulate(spec.cfg, build_source(scn, spec.seed, plan.shape), capture,
+                           signal_fn=signal_fn, seed=spec.seed, vocab_size=plan.shape.vocab_size)
+        out.append(WorldRun(spec, records, capture.batches,
+                            summarize(records, plan.shape.num_depths)))
+    return out
+
+
+def run_real(plan: Plan, profile: Profile, *, progress: bool = True) -> list[WorldRun]:
+    """Every planned run on the real target with the profile's CPU thread count; a warm-up
+    run first when the scenario asks for it (discarded)."""
+    import torch
+
+    before = torch.get_num_threads()
+    if plan.target == "cpu" and profile.provenance.num_threads:
+        torch.set_num_threads(profile.provenance.num_threads)
+    try:
+        return _run_real(plan, progress)
+    finally:
+        torch.set_num_threads(before)
+
+
+def _run_real(plan: Plan, progress: bool) -> list[WorldRun]:
+    from engine.llm import build_runner, run_realtime
+    from loopserve.metrics import summarize
+    from loopserve.realtime import RealTarget
+    from sim.calibration.host_gap import RecordingRunner
+
+    target = RealTarget(plan.scenario, plan.target)
+    by_id = {p.point_id: p for p in plan.points}
+
+    def one(spec: RunSpec) -> tuple[RunRecords, RecordingRunner]:
+        runner = RecordingRunner(build_runner(target.model, spec.cfg, target.device,
+                                              target.dtype, spec.seed, target.attention_backend))
+        src = build_source(by_id[spec.point_id].scenario, spec.seed, plan.shape)
+        return run_realtime(spec.cfg, src, runner, record_batches=True), runner  # type: ignore[arg-type]
+
+    if plan.scenario.runner.warmup and plan.runs:
+        one(plan.runs[0])
+    out = []
+    for spec in _bar(plan, plan.target, progress):
+        records, runner = one(spec)
+        out.append(WorldRun(spec, records, runner.batches,
+                            summarize(records, plan.shape.num_depths), runner.cpu_s))
+    return out
+
+
+# ---- comparison ------------------------------------------------------------------------------
+def _errors(pred: list[float], meas: list[float]) -> dict[str, Any]:
+    p, m = np.asarray(pred, dtype=float), np.asarray(meas, dtype=float)
+    keep = m > 0
+    rel = (p[keep] - m[keep]) / m[keep]
+    if rel.size == 0:
+        return {"count": 0, "mape": None, "max_error": None, "median_error": None,
+                "predicted_s": 0.0, "measured_s": 0.0}
+    return {"count": int(rel.size), "mape": float(np.mean(np.abs(rel))),
+            "max_error": float(np.max(np.abs(rel))), "median_error": float(np.median(rel)),
+            "predicted_s": float(p[keep].sum()), "measured_s": float(m[keep].sum())}
+
+
+def _metric(m: dict[str, Any], key: str, sub: str | None) -> float | None:
+    v = m.get(key)
+    if sub is not None:
+        v = v.get(sub) if isinstance(v, dict) else None
+    return float(v) if v is not None else None
+
+
+def _median(values: list[float | None]) -> float | None:
+    vals = [v for v in values if v is not None]
+    return float(np.median(vals)) if vals else None
+
+
+def _arms(plan: Plan, sim: list[WorldRun], real: list[WorldRun]) -> dict[str, Any]:
+    ref = plan.reference_point_id
+    out: dict[str, Any] = {}
+    for arm in plan.scenario.arms:
+        row: dict[str, Any] = {}
+        for name, (key, sub) in METRICS.items():
+            s = _median([_metric(r.metrics, key, sub) for r in sim
+                         if r.spec.arm == arm and r.spec.point_id == ref])
+            m = _median([_metric(r.metrics, key, sub) for r in real
+                         if r.spec.arm == arm and r.spec.point_id == ref])
+            rel = (s - m) / m if s is not None and m is not None and m != 0 else None
+            row[name] = {"sim": s, "measured": m, "rel_error": rel}
+        out[arm] = row
+    return out
+
+
+def describe_batch(sig: Any) -> str:
+    """One line for a batch signature: stage and (request, kind, position, rows, depth)."""
+    stage, items = sig
+    parts = [f"{rid}:{kind[0]}@{pos}+{n}d{depth}" + (f"x{nd}" if nd != 1 else "")
+             for rid, kind, pos, n, depth, nd in items]
+    return f"{stage} [{', '.join(parts)}]"
+
+
+def _batches(sim: list[WorldRun], real: list[WorldRun], timed: bool) -> dict[str, Any]:
+    runs = []
+    for s, r in zip(sim, real, strict=True):
+        a = [batch_signature(b) for b in s.batches]
+        b = r.records.batches
+        first = next((i for i, (x, y) in enumerate(zip(a, b, strict=False)) if x != y),
+                     None if len(a) == len(b) else min(len(a), len(b)))
+        item: dict[str, Any] = {"arm": s.spec.arm, "point_id": s.spec.point_id,
+                                "repeat": s.spec.repeat, "same": first is None,
+                                "num_sim": len(a), "num_measured": len(b),
+                                "first_divergence": first}
+        if first is not None:
+            item["sim_batch"] = describe_batch(a[first]) if first < len(a) else None
+            item["measured_batch"] = describe_batch(b[first]) if first < len(b) else None
+        runs.append(item)
+    return {"timing_dependent_schedule": timed, "runs": runs}
+
+
+def _timed_arrivals(plan: Plan) -> bool:
+    """Whether the workload has arrivals at t > 0 (then the schedule depends on timing)."""
+    spec = plan.runs[0]
+    point = next(p for p in plan.points if p.point_id == spec.point_id)
+    src = build_source(point.scenario, spec.seed, plan.shape)
+    return any((s.arrival_s or 0.0) > 0.0 for s in src.initial())
+
+
+def compare(plan: Plan, sim: list[WorldRun], real: list[WorldRun], cost: CalibratedCost,
+            profile: Profile) -> dict[str, Any]:
+    """The fidelity.json document."""
+    pred: list[float] = []
+    meas: list[float] = []
+    cpu: list[float] = []
+    kinds: list[str] = []
+    stages: list[str] = []
+    gap_pred: list[float] = []
+    gap_meas: list[float] = []
+    for r in real:
+        steps = r.records.steps
+        for i, (s, b) in enumerate(zip(steps, r.batches, strict=True)):
+            pred.append(cost.execute_time(b))
+            meas.append(s.end_s - s.start_s)
+            cpu.append(r.cpu_s[i] if i < len(r.cpu_s) else float("nan"))
+            kinds.append(s.kind)
+            stages.append(s.stage)
+            if i > 0:
+                gap_pred.append(cost.gap_time(b))
+                gap_meas.append(s.start_s - steps[i - 1].end_s)
+    total = _errors(pred, meas)
+    contended = [m > c * 1.15 + 2e-4 for m, c in zip(meas, cpu, strict=True) if c == c]
+    wall = {
+        "sim_s": _median([r.records.steps[-1].end_s if r.records.steps else None for r in sim]),
+        "measured_s": _median([r.records.steps[-1].end_s if r.records.steps else None
+                               for r in real]),
+    }
+    return {
+        "step_mape": total["mape"],
+        "step_max_error": total["max_error"],
+        "arms": _arms(plan, sim, real),
+        "same_batches": all(
+            [batch_signature(b) for b in s.batches] == r.records.batches
+            for s, r in zip(sim, real, strict=True)),
+        "step_errors": {
+            "all": total,
+            "by_kind": {k: _errors([p for p, x in zip(pred, kinds, strict=True) if x == k],
+                                   [m for m, x in zip(meas, kinds, strict=True) if x == k])
+                        for k in sorted(set(kinds))},
+            "by_stage": {k: _errors([p for p, x in zip(pred, stages, strict=True) if x == k],
+                                    [m for m, x in zip(meas, stages, strict=True) if x == k])
+                         for k in sorted(set(stages))},
+            "vs_cpu_time": _errors([p for p, c in zip(pred, cpu, strict=True) if c == c],
+                                   [c for c in cpu if c == c]),
+        },
+        "host_gap": _errors(gap_pred, gap_meas),
+        "contended_step_fraction": (sum(contended) / len(contended)) if contended else None,
+        "makespan": wall,
+        "batches": _batches(sim, real, _timed_arrivals(plan)),
+        "profile": {"hardware": profile.hardware, "model": profile.model,
+                    "held_out_mape": profile.provenance.held_out_mape,
+                    "date": profile.provenance.date, "device": profile.provenance.device,
+                    "num_threads": profile.provenance.num_threads},
+        "target": plan.target,
+        "scenario": plan.scenario.name,
+        "reference_point_id": plan.reference_point_id,
+    }

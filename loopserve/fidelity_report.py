@@ -1,0 +1,194 @@
+"""``report.html`` of a fidelity run: per-arm metric errors, per-step errors, the two
+timelines of each arm one above the other on the same time axis, and the batch-sequence
+comparison. Self-contained (figures inlined as PNG)."""
+
+from __future__ import annotations
+
+import base64
+import html
+from pathlib import Path
+from typing import Any
+
+import matplotlib.pyplot as plt
+import numpy as np
+from matplotlib.figure import Figure
+from matplotlib.patches import Patch
+
+from loopserve.fidelity_data import WorldRun
+from loopserve.plots import png_bytes
+from loopserve.schema.scenario import Scenario
+from loopserve.timeline import KIND_COLORS, KIND_LABELS
+
+
+def _lane(ax: Any, run: WorldRun, label: str) -> None:
+    steps = run.records.steps
+    for kind, color in KIND_COLORS.items():
+        spans = [(s.start_s * 1e3, (s.end_s - s.start_s) * 1e3) for s in steps if s.kind == kind]
+        if spans:
+            ax.broken_barh(spans, (0.0, 1.0), facecolors=color, linewidth=0)
+    injected = {q.request_id for q in run.records.requests if q.injected}
+    toks = [t.time_s * 1e3 for t in run.records.tokens if t.request_id not in injected]
+    ax.plot(toks, [-0.25] * len(toks), linestyle="none", marker="|", markersize=5,
+            color="#333333", alpha=0.5)
+    for k, q in enumerate(r for r in run.records.requests if r.injected and r.first_token_s):
+        y = 1.3 + 0.2 * (k % 3)
+        ax.plot([q.arrival_s * 1e3, q.first_token_s * 1e3], [y, y], color="black", marker="|")
+    ax.set_ylim(-0.5, 2.0)
+    ax.set_yticks([])
+    ax.set_ylabel(label, rotation=0, ha="right", va="center", fontsize=9)
+    for side in ("top", "right", "left"):
+        ax.spines[side].set_visible(False)
+
+
+def _zoom(run: WorldRun) -> tuple[float, float] | None:
+    inj = [q for q in run.records.requests if q.injected and q.first_token_s is not None]
+    if not inj:
+        return None
+    first = min(inj, key=lambda q: q.arrival_s)
+    assert first.first_token_s is not None
+    span = first.first_token_s - first.arrival_s
+    return (max(0.0, first.arrival_s - 0.3 * span) * 1e3,
+            (first.first_token_s + 0.3 * span) * 1e3)
+
+
+def timeline_figure(arm: str, sim: WorldRun, real: WorldRun) -> Figure:
+    """Sim above measured on one time axis: the whole run, then a zoom on the first injected
+    prompt (window taken from the measured run)."""
+    zoom = _zoom(real)
+    rows = 4 if zoom else 2
+    fig, axes = plt.subplots(rows, 1, figsize=(13, 1.1 * rows + 1.2), layout="constrained",
+                             squeeze=False)
+    end = max(real.records.steps[-1].end_s if real.records.steps else 0.0,
+              sim.records.steps[-1].end_s if sim.records.steps else 0.0) * 1e3
+    panels = [((0.0, end or 1.0), "")] + ([(zoom, " (zoom: first injected prompt)")]
+                                          if zoom else [])
+    for p, (window, note) in enumerate(panels):
+        for j, (run, label) in enumerate(((sim, "simulated"), (real, "measured"))):
+            ax = axes[2 * p + j, 0]
+            _lane(ax, run, label)
+            ax.set_xlim(*window)
+            if j == 0:
+                ax.tick_params(labelbottom=False)
+            else:
+                ax.set_xlabel(f"time (ms){note}")
+    fig.suptitle(f"{arm}: simulated vs measured timeline", fontsize=10)
+    handles = [Patch(color=c, label=KIND_LABELS[k]) for k, c in KIND_COLORS.items()]
+    fig.legend(handles=handles, loc="outside lower center", ncol=6, fontsize=8, frameon=False)
+    return fig
+
+
+def scatter_figure(real: list[WorldRun], cost: Any) -> Figure:
+    """Predicted vs measured time of every measured step, by kind of core call."""
+    fig, ax = plt.subplots(figsize=(6.5, 5.5), layout="constrained")
+    lo, hi = np.inf, 0.0
+    for kind, color in KIND_COLORS.items():
+        pts = [((s.end_s - s.start_s) * 1e3, cost.execute_time(b) * 1e3)
+               for r in real for s, b in zip(r.records.steps, r.batches, strict=True)
+               if s.kind == kind and s.end_s > s.start_s]
+        if pts:
+            m, p = np.array(pts).T
+            ax.scatter(m, p, s=6, color=color, alpha=0.5, label=KIND_LABELS[kind])
+            lo, hi = min(lo, m.min(), p.min()), max(hi, m.max(), p.max())
+    if hi > 0:
+        ax.plot([lo, hi], [lo, hi], color="black", linewidth=0.8)
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+    ax.set_xlabel("measured execute (ms)")
+    ax.set_ylabel("predicted (ms)")
+    ax.legend(fontsize=8, markerscale=2)
+    return fig
+
+
+def _img(fig: Figure) -> str:
+    data = base64.b64encode(png_bytes(fig)).decode()
+    return f'<img src="data:image/png;base64,{data}" style="max-width:100%">'
+
+
+def _pct(x: float | None) -> str:
+    return "-" if x is None else f"{100 * x:+.1f}%"
+
+
+def _num(x: float | None) -> str:
+    return "-" if x is None else f"{x:.4g}"
+
+
+def _arms_table(result: dict[str, Any]) -> str:
+    rows = ["<tr><th>arm</th><th>metric</th><th>sim</th><th>measured</th><th>error</th></tr>"]
+    for arm, metrics in result["arms"].items():
+        for name, v in metrics.items():
+            rows.append(f"<tr><td>{html.escape(arm)}</td><td>{name}</td><td>{_num(v['sim'])}"
+                        f"</td><td>{_num(v['measured'])}</td><td>{_pct(v['rel_error'])}</td></tr>")
+    return "<table>" + "".join(rows) + "</table>"
+
+
+def _steps_table(result: dict[str, Any]) -> str:
+    rows = ["<tr><th>group</th><th>steps</th><th>MAPE</th><th>worst</th><th>median error</th>"
+            "<th>predicted total (s)</th><th>measured total (s)</th></tr>"]
+    errs = result["step_errors"]
+    groups = [("all steps", errs["all"])]
+    groups += [(f"kind {k}", v) for k, v in errs["by_kind"].items()]
+    groups += [(f"stage {k}", v) for k, v in errs["by_stage"].items()]
+    groups += [("all steps vs thread CPU time", errs["vs_cpu_time"]),
+               ("host gap between steps", result["host_gap"])]
+    for name, e in groups:
+        mape = "-" if e["mape"] is None else f"{100 * e['mape']:.1f}%"
+        worst = "-" if e["max_error"] is None else f"{100 * e['max_error']:.1f}%"
+        rows.append(f"<tr><td>{name}</td><td>{e['count']}</td><td>{mape}</td><td>{worst}</td>"
+                    f"<td>{_pct(e['median_error'])}</td><td>{e['predicted_s']:.3f}</td>"
+                    f"<td>{e['measured_s']:.3f}</td></tr>")
+    return "<table>" + "".join(rows) + "</table>"
+
+
+def _batches_html(result: dict[str, Any]) -> str:
+    b = result["batches"]
+    note = ("The workload has timed arrivals, so the schedule may depend on timing; a "
+            "divergence shows where." if b["timing_dependent_schedule"] else
+            "Closed workload (arrivals at t=0 or triggered by tokens): the two batch "
+            "sequences must be identical.")
+    rows = ["<tr><th>arm</th><th>point</th><th>repeat</th><th>sim steps</th>"
+            "<th>measured steps</th><th>same</th><th>first divergence</th></tr>"]
+    for r in b["runs"]:
+        where = "-" if r["same"] else (
+            f"step {r['first_divergence']}: sim {html.escape(str(r.get('sim_batch')))}"
+            f"<br>measured {html.escape(str(r.get('measured_batch')))}")
+        rows.append(f"<tr><td>{html.escape(r['arm'])}</td><td>{r['point_id']}</td>"
+                    f"<td>{r['repeat']}</td><td>{r['num_sim']}</td><td>{r['num_measured']}</td>"
+                    f"<td>{'yes' if r['same'] else 'NO'}</td><td>{where}</td></tr>")
+    return f"<p>{note}</p><table>{''.join(rows)}</table>"
+
+
+_CSS = ("body{font-family:sans-serif;margin:2em;max-width:1300px}table{border-collapse:collapse;"
+        "margin:1em 0}td,th{border:1px solid #ccc;padding:3px 8px;text-align:right;"
+        "font-size:13px}th{background:#f3f3f3}td:first-child{text-align:left}")
+
+
+def write_report(path: Path, scn: Scenario, result: dict[str, Any], sim: list[WorldRun],
+                 real: list[WorldRun], cost: Any) -> None:
+    """Render the self-contained report."""
+    prof = result["profile"]
+    ref = result["reference_point_id"]
+    contention = result["contended_step_fraction"]
+    parts = [
+        f"<h1>Fidelity: {html.escape(scn.name)} (sim vs {html.escape(result['target'])})</h1>",
+        f"<p>Profile {html.escape(prof['hardware'])}-{html.escape(prof['model'])} measured on "
+        f"{html.escape(str(prof['device']))} ({html.escape(str(prof['date']))}); held-out "
+        f"per-step MAPE at calibration {_pct(prof['held_out_mape'])}. Errors are "
+        "(sim - measured) / measured; metrics are medians over repeats at the reference "
+        "point.</p>",
+    ]
+    if contention is not None:
+        parts.append(f"<p>{100 * contention:.1f}% of measured steps ran over 1.15x their "
+                     "thread CPU time (the machine was busy with other work then).</p>")
+    parts += ["<h2>Per-arm metrics</h2>", _arms_table(result),
+              "<h2>Per-step time: predicted vs measured execute</h2>", _steps_table(result),
+              _img(scatter_figure(real, cost)), "<h2>Timelines</h2>"]
+    for arm in scn.arms:
+        pair = [(s, r) for s, r in zip(sim, real, strict=True)
+                if s.spec.arm == arm and s.spec.point_id == ref]
+        if pair:
+            parts.append(_img(timeline_figure(arm, *pair[0])))
+    parts += ["<h2>Batch sequences</h2>", _batches_html(result)]
+    doc = (f"<!doctype html><html><head><meta charset='utf-8'><title>fidelity "
+           f"{html.escape(scn.name)}</title><style>{_CSS}</style></head><body>"
+           + "\n".join(parts) + "</body></html>\n")
+    path.write_text(doc, encoding="utf-8")

@@ -1,0 +1,119 @@
+"""`loopserve calibrate` end to end on the tiny model (CPU), the forced-shape rig, and bad
+input (one line, exit 2, nothing written)."""
+
+from __future__ import annotations
+
+import csv
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+from engine.llm import build_runner
+from loopserve.cli import main
+from sim.calibration.measure import CalibrationRig, config_for, measure_shapes, shape_of
+from sim.calibration.shapes import QUICK, shape_grid
+from sim.cost.calibrated import load_profile
+from sim.cost.features import batch_features
+from sim.shapes import TINY
+
+KINDS = {"decode", "prompt", "mixed", "prefill", "prelude", "coda"}
+QUICK_ARGS = ["--target", "cpu", "--model", "tiny", "--quick", "--repeats", "2",
+              "--max-seconds", "30", "--no-progress"]
+
+
+@pytest.fixture(scope="module")
+def calibrated(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("cal") / "run"
+    assert main(["calibrate", *QUICK_ARGS, "--out", str(out)]) == 0
+    return out
+
+
+def test_quick_calibration_writes_a_valid_profile(calibrated: Path) -> None:
+    assert {p.name for p in calibrated.iterdir()} == {"cpu-tiny.json", "env.json", "steps.csv"}
+    prof = load_profile(calibrated / "cpu-tiny.json")
+    assert (prof.hardware, prof.model) == ("cpu", "tiny")
+    assert set(prof.stages) == KINDS
+    assert prof.step_gap is not None
+    p = prof.provenance
+    assert p.dtype == "float32" and p.torch_version == torch.__version__
+    assert p.num_threads == 1 and p.block_size == 16
+    assert p.held_out_mape is not None and p.held_out_mape >= 0
+    assert set(p.held_out_mape_by_stage or {}) == KINDS
+    assert p.num_held_out_shapes == sum(QUICK.held_out_per_kind.values())
+    assert p.repeats is not None and 1 <= p.repeats <= 2
+    env = json.loads((calibrated / "env.json").read_text())
+    assert env["command"][:2] == ["loopserve", "calibrate"] and env["num_threads"] == 1
+    with (calibrated / "steps.csv").open() as f:
+        rows = list(csv.DictReader(f))
+    shapes = [r for r in rows if r["source"] == "shape"]
+    assert len(shapes) == len(shape_grid(QUICK))
+    assert {r["kind"] for r in shapes} == KINDS
+    assert {r["source"] for r in rows} == {"shape", "host_gap", "in_situ"}
+    assert all(float(r["measured_s"]) > 0 and r["predicted_s"] for r in shapes)
+
+
+def test_json_out_writes_the_profile_and_its_side_files(tmp_path: Path) -> None:
+    out = tmp_path / "sub" / "mine.json"
+    assert main(["calibrate", *QUICK_ARGS, "--max-seconds", "5", "--out", str(out)]) == 0
+    assert load_profile(out).model == "tiny"
+    assert sorted(p.name for p in out.parent.iterdir()) == [
+        "mine.env.json", "mine.json", "mine.steps.csv"]
+
+
+def test_rig_builds_batches_that_reproduce_their_shapes() -> None:
+    shapes = shape_grid(QUICK)
+    cfg = config_for(TINY, shapes)
+    rig = CalibrationRig(build_runner("tiny", cfg), cfg)
+    for shape in shapes:
+        batch, live = rig.build(shape)
+        try:
+            assert batch.kind_label == shape.kind
+            again = shape_of(batch)
+            assert (again.decode, again.prompts, again.rows) == (
+                shape.decode, shape.prompts, shape.rows)
+            rig.runner.execute(batch)
+        finally:
+            rig.release(live)
+    assert rig.kv.num_free_blocks == cfg.cache.num_blocks  # every request freed
+    measured = measure_shapes(rig, shapes[:6], repeats=2, progress=False)
+    assert all(m.median_s > 0 and len(m.times_s) + len(m.contended) >= 2 for m in measured)
+    assert batch_features(measured[0].batch)["decode_rows"] == len(shapes[0].decode)
+
+
+@pytest.mark.parametrize(
+    "args, field",
+    [
+        (["--target", "tpu", "--model", "tiny"], "--target"),
+        (["--target", "cpu", "--model", "tiny", "--repeats", "0"], "--repeats"),
+        (["--target", "cpu", "--model", "tiny", "--repeats", "many"], "--repeats"),
+        (["--target", "cpu", "--model", "tiny", "--max-seconds", "-1"], "--max-seconds"),
+        (["--target", "cpu", "--model", "tiny", "--threads", "0"], "--threads"),
+        (["--target", "cpu", "--model", "no-such-model", "--quick"], "model"),
+        (["--target", "cpu", "--model", "tiny", "--attention-backend", "nope"],
+         "--attention-backend"),
+    ],
+)
+def test_bad_input_is_one_line_exit_2_and_writes_nothing(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], args: list[str], field: str) -> None:
+    out = tmp_path / "never.json"
+    assert main(["calibrate", *args, "--out", str(out), "--no-progress"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith(f"loopserve: error: {field}") and "\n" not in err
+    assert "Traceback" not in err
+    assert not list(tmp_path.iterdir())
+
+
+def test_out_folder_that_is_not_empty_is_rejected(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    (tmp_path / "keep.txt").write_text("x")
+    assert main(["calibrate", *QUICK_ARGS, "--out", str(tmp_path)]) == 2
+    assert "--out" in capsys.readouterr().err
+    assert [p.name for p in tmp_path.iterdir()] == ["keep.txt"]
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the no-CUDA message")
+def test_cuda_without_a_gpu_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["calibrate", "--target", "cuda", "--model", "tiny", "--quick"]) == 2
+    assert "--target" in capsys.readouterr().err
