@@ -1,0 +1,174 @@
+"""`loopserve fidelity` on a tiny CPU scenario: fidelity.json (exact keys), report.html, the
+batch comparison, and profiles that do not fit the scenario (one line, exit 2, no files)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from loopserve.cli import main
+from loopserve.fidelity_data import METRICS
+
+SCENARIO: dict[str, Any] = {
+    "name": "fid-tiny", "model": "tiny", "hardware": "cpu", "cost": {"kind": "roofline"},
+    "seed": 0, "repeats": 1, "arms": ["atomic", "per_depth", "mixed"],
+    "scheduler": {"max_num_seqs": 4, "max_num_batched_tokens": 32, "prefill_chunk_size": 16},
+    "cache": {"block_size": 16, "num_blocks": None, "layout": "last_exited"},
+    "exit": {"mode": "fixed"},
+    "workload": {"kind": "interference", "decode_population": 3, "decode_prompt_tokens": 8,
+                 "decode_output_tokens": 10,
+                 "inject": [{"at_decode_tokens": 3, "prompt_tokens": 40, "output_tokens": 3}]},
+    "runner": {"attention_backend": "torch", "warmup": False},
+}
+
+
+def _stage(intercept: float, **coef: float) -> dict[str, Any]:
+    return {"features": list(coef), "coef": list(coef.values()), "intercept_s": intercept}
+
+
+def profile(model: str = "tiny", hardware: str = "cpu") -> dict[str, Any]:
+    """A hand-written profile (the fidelity command does not care how it was fitted)."""
+    return {
+        "format": "loopserve-profile/1", "hardware": hardware, "model": model,
+        "provenance": {"device": "test", "torch_version": "x", "dtype": "float32",
+                       "commit": "abc", "date": "2026-01-01", "held_out_mape": 0.05,
+                       "num_threads": 1},
+        "stages": {
+            "decode": _stage(4e-4, decode_rows=1e-5),
+            "prompt": _stage(4e-4, prompt_tokens=2e-6),
+            "mixed": _stage(5e-4, decode_rows=1e-5, prompt_tokens=2e-6),
+            "prefill": _stage(2e-4, core_calls=3e-4, prompt_tokens=2e-6),
+            "prelude": _stage(3e-5),
+            "coda": _stage(1e-4, rows=5e-6),
+        },
+        "step_gap": _stage(3e-5, items=1e-6),
+    }
+
+
+@pytest.fixture(scope="module")
+def files(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    d = tmp_path_factory.mktemp("fid")
+    (d / "scn.yaml").write_text(yaml.safe_dump(SCENARIO))
+    (d / "cpu-tiny.json").write_text(json.dumps(profile()))
+    return d / "scn.yaml", d / "cpu-tiny.json"
+
+
+@pytest.fixture(scope="module")
+def result(files: tuple[Path, Path], tmp_path_factory: pytest.TempPathFactory) -> Path:
+    scn, prof = files
+    out = tmp_path_factory.mktemp("fidrun") / "out"
+    assert main(["fidelity", str(scn), "--profile", str(prof), "--target", "cpu", "--out",
+                 str(out), "--no-progress"]) == 0
+    return out
+
+
+def test_fidelity_json_has_the_design_shape(result: Path) -> None:
+    assert {p.name for p in result.iterdir()} == {
+        "fidelity.json", "report.html", "steps.csv", "scenario.yaml", "env.json"}
+    doc = json.loads((result / "fidelity.json").read_text())
+    assert {"step_mape", "step_max_error", "arms", "same_batches"} <= set(doc)
+    assert set(doc["arms"]) == {"atomic", "per_depth", "mixed"}
+    for metrics in doc["arms"].values():
+        assert set(metrics) == set(METRICS) == {
+            "itl_p50_ms", "itl_p99_ms", "ttft_p50_ms", "ttft_p99_ms", "tpot_mean_ms",
+            "output_tok_s"}
+        for v in metrics.values():
+            assert set(v) == {"sim", "measured", "rel_error"}
+            assert v["sim"] > 0 and v["measured"] > 0
+            assert v["rel_error"] == pytest.approx((v["sim"] - v["measured"]) / v["measured"])
+    assert 0 <= doc["step_mape"] <= doc["step_max_error"]
+    kinds = doc["step_errors"]["by_kind"]
+    assert {"decode", "prefill", "prompt", "mixed", "prelude", "coda"} <= set(kinds)
+    total = sum(k["count"] for k in kinds.values())
+    assert total == doc["step_errors"]["all"]["count"]
+    assert sum(s["count"] for s in doc["step_errors"]["by_stage"].values()) == total
+
+
+def test_closed_workload_gives_identical_batch_sequences(result: Path) -> None:
+    doc = json.loads((result / "fidelity.json").read_text())
+    assert doc["same_batches"] is True
+    b = doc["batches"]
+    assert b["timing_dependent_schedule"] is False
+    assert [r["arm"] for r in b["runs"]] == ["atomic", "per_depth", "mixed"]
+    assert all(r["same"] and r["first_divergence"] is None and r["num_sim"] == r["num_measured"]
+               for r in b["runs"])
+
+
+def test_step_predictions_match_the_profile(result: Path) -> None:
+    """Each measured step's prediction is the profile's formula on that step."""
+    import csv
+
+    with (result / "steps.csv").open() as f:
+        rows = [r for r in csv.DictReader(f) if r["world"] == "measured"]
+    coda = [r for r in rows if r["kind"] == "coda"]
+    assert coda and all(float(r["predicted_s"]) == pytest.approx(
+        1e-4 + 5e-6 * int(r["num_decode_items"])) for r in coda)
+    measured = [float(r["end_s"]) - float(r["start_s"]) for r in rows]
+    assert all(m > 0 for m in measured)
+
+
+def test_report_has_both_timelines_per_arm(result: Path) -> None:
+    html = (result / "report.html").read_text()
+    assert html.count("data:image/png;base64,") == 1 + 3  # scatter + one timeline per arm
+    for arm in ("atomic", "per_depth", "mixed"):
+        assert arm in html
+    assert "Batch sequences" in html and "must be identical" in html
+
+
+@pytest.mark.parametrize(
+    "prof, match",
+    [
+        (profile(model="small"), "model 'small'"),
+        (profile(hardware="h200"), "hardware 'h200'"),
+    ],
+)
+def test_a_profile_for_another_model_or_hardware_is_rejected(
+        files: tuple[Path, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str],
+        prof: dict[str, Any], match: str) -> None:
+    scn, _ = files
+    path = tmp_path / "other.json"
+    path.write_text(json.dumps(prof))
+    out = tmp_path / "out"
+    assert main(["fidelity", str(scn), "--profile", str(path), "--target", "cpu",
+                 "--out", str(out), "--no-progress"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("loopserve: error: --profile") and match in err and "\n" not in err
+    assert not out.exists()
+
+
+@pytest.mark.parametrize(
+    "text, match",
+    [
+        (json.dumps(profile())[:-50], "not valid JSON"),
+        ("", "not valid JSON"),
+        (json.dumps({**profile(), "stages": {"decode": {"features": ["rows"]}}}), "stages"),
+        (json.dumps({**profile(), "format": "loopserve-profile/9"}), "format"),
+    ],
+)
+def test_corrupt_or_truncated_profiles_fail_without_a_traceback(
+        files: tuple[Path, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str],
+        text: str, match: str) -> None:
+    scn, _ = files
+    path = tmp_path / "bad.json"
+    path.write_text(text)
+    out = tmp_path / "out"
+    assert main(["fidelity", str(scn), "--profile", str(path), "--target", "cpu",
+                 "--out", str(out)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("loopserve: error: --profile") and match in err
+    assert "\n" not in err and "Traceback" not in err
+    assert not out.exists()
+
+
+def test_bad_target_and_missing_profile(files: tuple[Path, Path], tmp_path: Path,
+                                        capsys: pytest.CaptureFixture[str]) -> None:
+    scn, prof = files
+    assert main(["fidelity", str(scn), "--profile", str(prof), "--target", "sim"]) == 2
+    assert "--target" in capsys.readouterr().err
+    assert main(["fidelity", str(scn), "--profile", str(tmp_path / "none.json"),
+                 "--target", "cpu"]) == 2
+    assert "cannot read" in capsys.readouterr().err
