@@ -69,6 +69,7 @@ class Provenance(BaseModel):
     num_fit_shapes: int | None = None
     num_held_out_shapes: int | None = None
     repeats: int | None = None
+    contended_fraction: float | None = None
     seconds: float | None = None
     command: list[str] | None = None
 
