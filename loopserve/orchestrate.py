@@ -151,13 +151,16 @@ def _lifetime_bound(scn: Scenario, shape: ModelShape) -> int:
 
 
 def _cost_model(scn: Scenario, shape: ModelShape, context: str) -> Any:
+    from sim.calibration.resolve import resolve_cost
     from sim.cost import make_cost_model
     from sim.shapes import MODEL_SHAPES
 
+    # kind "auto": the calibrated profile for (hardware, model) when one is checked in
+    kind, profile = resolve_cost(scn.cost.kind, scn.cost.profile, scn.hardware, scn.model)
     try:
         return make_cost_model(
-            scn.cost.kind, shape, hardware=scn.hardware, core_call_s=scn.cost.core_call_s,
-            profile=scn.cost.profile,
+            kind, shape, hardware=scn.hardware, core_call_s=scn.cost.core_call_s,
+            profile=profile,
             model_name=scn.model if scn.model in MODEL_SHAPES else None,
         )
     except (ValueError, OSError) as err:
