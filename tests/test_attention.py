@@ -117,3 +117,11 @@ def test_backend_registry() -> None:
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 def test_mixed_batch_on_cuda_in_bf16() -> None:
     _check("cuda", torch.bfloat16, 3e-2)
+
+
+def test_gqa_fallback_without_sdpa_enable_gqa(monkeypatch: pytest.MonkeyPatch) -> None:
+    # torch < 2.5 lacks enable_gqa: the backend repeats KV heads instead, same numbers.
+    import kernels.attention.torch_ref as ref
+
+    monkeypatch.setattr(ref, "_GQA", False)
+    _check("cpu", torch.float32, 1e-5)
