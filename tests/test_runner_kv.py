@@ -52,7 +52,7 @@ def test_per_depth_prompt_kv_of_a1_and_a2_agrees_with_a0() -> None:
     for arm in ("per_depth", "mixed"):
         got = _snapshot_prompts(arm)
         for rid in ref:
-            torch.testing.assert_close(got[rid], ref[rid], rtol=1e-5, atol=1e-5)
+            torch.testing.assert_close(got[rid], ref[rid], rtol=1e-4, atol=1e-4)
     # Planes really differ per depth (a shared plane would make this test vacuous).
     assert (ref["0"][0] - ref["0"][1]).abs().max() > 1e-3
 
