@@ -76,7 +76,8 @@ class OuroAttention(nn.Module):
         out = backend.forward(
             q, k.to(k_cache.dtype), v.to(v_cache.dtype), k_cache, v_cache, meta, self.scale
         )
-        return self.o_proj(out.reshape(n, self.num_heads * self.head_dim))
+        projected: torch.Tensor = self.o_proj(out.reshape(n, self.num_heads * self.head_dim))
+        return projected
 
 
 class OuroMLP(nn.Module):
@@ -87,7 +88,8 @@ class OuroMLP(nn.Module):
         self.down_proj = nn.Linear(cfg.intermediate_size, cfg.hidden_size, bias=False)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
+        out: torch.Tensor = self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
+        return out
 
 
 class OuroDecoderLayer(nn.Module):
@@ -115,4 +117,5 @@ class OuroDecoderLayer(nn.Module):
         a = self.self_attn(self.input_layernorm(x), cos, sin, kv_cache, meta, backend)
         x = x + self.input_layernorm_2(a)
         m = self.mlp(self.post_attention_layernorm(x))
-        return x + self.post_attention_layernorm_2(m)
+        out: torch.Tensor = x + self.post_attention_layernorm_2(m)
+        return out

@@ -16,6 +16,8 @@ KVCaches = list[tuple[torch.Tensor, torch.Tensor]]  # per layer (k_cache, v_cach
 class OuroModel(nn.Module):
     """``model.*`` in HF naming: embedding, the shared layer stack, final norm and gate."""
 
+    inv_freq: torch.Tensor  # RoPE table, fp32, not in the checkpoint
+
     def __init__(self, cfg: OuroConfig) -> None:
         super().__init__()
         self.embed_tokens = nn.Embedding(cfg.vocab_size, cfg.hidden_size)
@@ -43,7 +45,8 @@ class OuroForCausalLM(nn.Module):
 
     def prelude(self, token_ids: torch.Tensor) -> torch.Tensor:
         """Token ids [N] -> hidden [N, hidden]."""
-        return self.model.embed_tokens(token_ids)
+        hidden: torch.Tensor = self.model.embed_tokens(token_ids)
+        return hidden
 
     def recurrent(
         self,
@@ -59,13 +62,16 @@ class OuroForCausalLM(nn.Module):
         x = hidden
         for layer, kv in zip(self.model.layers, kv_caches, strict=True):
             x = layer(x, cos, sin, kv, meta, backend)
-        return self.model.norm(x)
+        out: torch.Tensor = self.model.norm(x)
+        return out
 
     def gate(self, hidden: torch.Tensor) -> torch.Tensor:
         """Exit probability lambda = sigmoid(gate logit), computed in fp32: [N]."""
         g = self.model.early_exit_gate
-        return torch.sigmoid(F.linear(hidden.float(), g.weight.float(), g.bias.float()))[:, 0]
+        logit = F.linear(hidden.float(), g.weight.float(), g.bias.float())
+        return torch.sigmoid(logit)[:, 0]
 
     def coda(self, hidden: torch.Tensor) -> torch.Tensor:
         """Hidden [N, hidden] -> fp32 logits [N, vocab]."""
-        return self.lm_head(hidden).float()
+        logits: torch.Tensor = self.lm_head(hidden)
+        return logits.float()
