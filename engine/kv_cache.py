@@ -10,6 +10,7 @@ import torch
 from engine.core.batch import FinalizeOp
 from engine.core.block_manager import BlockManager
 from engine.core.config import ModelShape
+from engine.uploads import upload_ints
 
 
 class KVCache:
@@ -65,8 +66,7 @@ class KVCache:
         if not dst:
             return 0
         device = self.k[0].device
-        src_t = torch.tensor(src, dtype=torch.int64).to(device)
-        dst_t = torch.tensor(dst, dtype=torch.int64).to(device)
+        src_t, dst_t = upload_ints(src, device), upload_ints(dst, device)
         for cache in self.k + self.v:
             flat = cache.view(-1, *cache.shape[2:])
             flat.index_copy_(0, dst_t, flat.index_select(0, src_t))

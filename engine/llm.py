@@ -75,9 +75,12 @@ def build_runner(
     dtype: torch.dtype | None = None,
     seed: int = 0,
     attention_backend: str = "torch",
+    *,
+    sync_steps: bool = False,
 ) -> ModelRunner:
     """A ModelRunner for a preset, a checkpoint directory or a built model; bound to the core
-    when one is given (``run_realtime`` binds a fresh core itself)."""
+    when one is given (``run_realtime`` binds a fresh core itself). ``sync_steps`` makes each
+    step wait for the device (CUDA step times for profiling and calibration)."""
     dtype = dtype or default_dtype(device)
     if isinstance(model_name_or_dir, OuroForCausalLM):
         model = model_name_or_dir
@@ -86,7 +89,9 @@ def build_runner(
     core = engine_cfg_or_core if isinstance(engine_cfg_or_core, EngineCore) else None
     cfg = core.cfg if core is not None else engine_cfg_or_core
     assert isinstance(cfg, EngineConfig)
-    runner = ModelRunner(model, cfg, None, device, dtype, attention_backend, seed=seed)
+    runner = ModelRunner(
+        model, cfg, None, device, dtype, attention_backend, seed=seed, sync_steps=sync_steps
+    )
     if core is not None:
         runner.bind(core)
     return runner

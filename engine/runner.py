@@ -28,6 +28,7 @@ from engine.model.lookahead import LookaheadHead
 from engine.model.ouro import OuroForCausalLM
 from engine.prompt_pool import DecodeStatePool, PromptStatePool
 from engine.sampling import sample
+from engine.uploads import upload_ints
 from kernels.attention import AttentionMetadata, get_backend
 
 CallPairs = list[tuple[ScheduledItem, int]]
@@ -63,6 +64,7 @@ class ModelRunner:
         attention_backend: str = "torch",
         *,
         seed: int = 0,
+        sync_steps: bool = False,
     ) -> None:
         shape = model.config.to_shape()
         if shape != engine_cfg.model:
@@ -72,6 +74,10 @@ class ModelRunner:
         self.dtype = dtype or default_dtype(self.device)
         self.backend = get_backend(attention_backend)
         self.seed = seed
+        # Wait for the device at the end of every step, so step end times are device times
+        # (profiling, calibration). Off by default: the eager loop then syncs only where it
+        # reads results back (gate signals, sampled tokens).
+        self.sync_steps = sync_steps
         self.num_depths = shape.num_depths
         self.kv = kv_block_manager
         self.params_fn: ParamsFn | None = None
@@ -132,9 +138,15 @@ class ModelRunner:
             self.decode_states.release(key)
 
     # ---- execute -------------------------------------------------------------------------
-    @torch.inference_mode()
     def execute(self, batch: Batch) -> StepResult:
         """Run ``batch`` (housekeeping first) and return the result its stage calls for."""
+        result = self._execute(batch)
+        if self.sync_steps and self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+        return result
+
+    @torch.inference_mode()
+    def _execute(self, batch: Batch) -> StepResult:
         self.release(batch.housekeeping)
         self.last_prepare_s = 0.0
         if self.fail_on_step is not None and batch.step_id == self.fail_on_step:
@@ -170,12 +182,11 @@ class ModelRunner:
         pool = self.decode_states
         get = pool.slot_or_new if new else pool.slot
         slots = [get(it.key) for it in items]
-        return torch.tensor(slots, dtype=torch.int64).to(self.device)
+        return upload_ints(slots, self.device)
 
     def _prelude(self, batch: Batch) -> None:
         items = list(batch.items)
-        tokens = torch.tensor([it.token_ids[0] for it in items], dtype=torch.int64)
-        hidden = self.model.prelude(tokens.to(self.device))
+        hidden = self.model.prelude(upload_ints([it.token_ids[0] for it in items], self.device))
         self.decode_states.hidden.index_copy_(0, self._decode_slots(items), hidden)
 
     def _coda(self, batch: Batch) -> list[int]:
@@ -227,9 +238,7 @@ class ModelRunner:
         for n in q_lens:
             starts.append(starts[-1] + n)
         # One host->device copy for all integer metadata.
-        packed = torch.tensor(
-            positions + slots + ctx_lens + starts + flat_tables, dtype=torch.int64
-        ).to(self.device, non_blocking=True)
+        packed = upload_ints(positions + slots + ctx_lens + starts + flat_tables, self.device)
         pos_t, slot_t, ctx_t, start_t, table_t = torch.split(
             packed, [num_rows, num_rows, num_seqs, num_seqs + 1, num_seqs * max_blocks]
         )
@@ -257,8 +266,7 @@ class ModelRunner:
             rows = work.get(id(item))
             if rows is None:
                 if item.fused_prelude:
-                    ids = torch.tensor(item.token_ids, dtype=torch.int64).to(self.device)
-                    rows = self.model.prelude(ids)
+                    rows = self.model.prelude(upload_ints(item.token_ids, self.device))
                 else:
                     assert item.prompt_state is not None
                     rows = self.prompt_pool.read(item.prompt_state, item.num_tokens)
