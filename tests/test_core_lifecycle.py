@@ -160,3 +160,18 @@ def test_incremental_allocation_grows_with_depth0_work() -> None:
         now += 1
     assert used == sorted(used) and max(used) == 24
     _assert_all_returned(core)
+
+
+def test_executors_satisfy_the_protocol() -> None:
+    from engine.core import Executor
+
+    def run_one(ex: Executor) -> None:
+        core = EngineCore(make_config("mixed"))
+        core.add_request("a", [1, 2], SamplingParams(max_tokens=1), 0.0)
+        b = core.schedule(0.0)
+        assert b is not None
+        core.apply(b, ex.execute(b), 1.0)
+        assert core.requests["a"].prompt_item is not None  # depth advanced
+        assert core.requests["a"].prompt_item.depth == 1
+
+    run_one(FakeExecutor())

@@ -11,6 +11,7 @@ from engine.core.config import (
     resolve_arm,
 )
 from engine.core.engine_core import EngineCore, StaleResultError
+from engine.core.executor import Executor
 from engine.core.exits import ExitDecider, make_decider, stable_seed
 from engine.core.policies import AtomicPolicy, MixedPolicy, PerDepthPolicy, Policy
 from engine.core.request import (
@@ -32,6 +33,7 @@ __all__ = [
     "EngineCore",
     "ExitConfig",
     "ExitDecider",
+    "Executor",
     "FinalizeOp",
     "Housekeeping",
     "ItemKind",

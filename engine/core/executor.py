@@ -1,0 +1,26 @@
+"""The executor interface both worlds implement (DESIGN.md §7-§8)."""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+from engine.core.batch import Batch
+from engine.core.results import StepResult
+
+
+class Executor(Protocol):
+    """Runs one scheduled batch and returns its typed result.
+
+    Implementations: ``engine.runner.ModelRunner`` (torch, CPU or CUDA),
+    ``sim.executor.SimExecutor`` (seeded tokens and signals; time comes from a cost model)
+    and ``engine.core.fake_executor.FakeExecutor`` (tests).
+
+    Contract: apply ``batch.housekeeping`` (finalize copies, released prompt states and
+    requests) before the items; return ``RecurrentResult`` for RECURRENT (one signal per DECODE
+    item in item order when any needs one, else None), ``CodaResult`` for CODA (one token per
+    item), a plain ``StepResult`` for PRELUDE and PREFILL; read back only decode rows. Raise on
+    failure; the driver then calls ``EngineCore.fail(batch)``.
+    """
+
+    def execute(self, batch: Batch) -> StepResult:
+        """Run ``batch`` and return its result."""
