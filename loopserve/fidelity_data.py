@@ -109,7 +109,9 @@ def _run_real(plan: Plan, progress: bool) -> list[WorldRun]:
         runner = RecordingRunner(build_runner(target.model, spec.cfg, target.device,
                                               target.dtype, spec.seed, target.attention_backend))
         src = build_source(by_id[spec.point_id].scenario, spec.seed, plan.shape)
-        return run_realtime(spec.cfg, src, runner, record_batches=True), runner  # type: ignore[arg-type]
+        # Batches come from the runner (signatures after the run), so the timed loop is the
+        # one `loopserve run` times.
+        return run_realtime(spec.cfg, src, runner), runner  # type: ignore[arg-type]
 
     if plan.scenario.runner.warmup and plan.runs:
         one(plan.runs[0])
@@ -174,7 +176,7 @@ def _batches(sim: list[WorldRun], real: list[WorldRun], timed: bool) -> dict[str
     runs = []
     for s, r in zip(sim, real, strict=True):
         a = [batch_signature(b) for b in s.batches]
-        b = r.records.batches
+        b = [batch_signature(x) for x in r.batches]
         first = next((i for i, (x, y) in enumerate(zip(a, b, strict=False)) if x != y),
                      None if len(a) == len(b) else min(len(a), len(b)))
         item: dict[str, Any] = {"arm": s.spec.arm, "point_id": s.spec.point_id,
@@ -229,7 +231,7 @@ def compare(plan: Plan, sim: list[WorldRun], real: list[WorldRun], cost: Calibra
         "step_max_error": total["max_error"],
         "arms": _arms(plan, sim, real),
         "same_batches": all(
-            [batch_signature(b) for b in s.batches] == r.records.batches
+            [batch_signature(b) for b in s.batches] == [batch_signature(b) for b in r.batches]
             for s, r in zip(sim, real, strict=True)),
         "step_errors": {
             "all": total,

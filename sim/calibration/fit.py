@@ -39,6 +39,8 @@ GRID_CANDIDATES: dict[str, tuple[str, ...]] = {
     "prompt": ("prompt_context",),
     "prefill": ("prompt_context",),
 }
+# Knot counts tried for a grid term (CV picks; duplicates on small grids are skipped).
+_KNOT_COUNTS = (4, 6, 10)
 # Prefer a simpler model when its CV error is within this of the best (relative, absolute).
 _TOLERANCE = (1.03, 0.002)
 
@@ -116,11 +118,12 @@ def _design(spec: _Spec, feats: dict[str, np.ndarray], n: int) -> np.ndarray:
     return X
 
 
-def _solve(X: np.ndarray, y: np.ndarray, *, full_rank: bool = True) -> np.ndarray | None:
+def _solve(X: np.ndarray, y: np.ndarray, *, full_rank: bool = True,
+           relative: bool = True) -> np.ndarray | None:
     """Relative-error least squares; None if any parameter is negative, or if the system is
     rank-deficient and ``full_rank`` (a CV fold may miss a grid segment: it then gets the
     minimum-norm solution)."""
-    w = 1.0 / y
+    w = 1.0 / y if relative else np.ones_like(y)
     beta, _, rank, _ = np.linalg.lstsq(X * w[:, None], y * w, rcond=None)
     if full_rank and rank < X.shape[1]:
         return None
@@ -133,7 +136,9 @@ def _mape(pred: np.ndarray, y: np.ndarray) -> float:
     return float(np.mean(np.abs(pred - y) / y))
 
 
-def _cv_mape(spec: _Spec, feats: dict[str, np.ndarray], y: np.ndarray, folds: int) -> float:
+def _cv_mape(spec: _Spec, feats: dict[str, np.ndarray], y: np.ndarray, folds: int,
+             relative: bool = True) -> float:
+    """K-fold error: MAPE, or (``relative`` False) total absolute error / total time."""
     n = y.size
     X = _design(spec, feats, n)
     if n < X.shape[1] + 1:
@@ -142,11 +147,11 @@ def _cv_mape(spec: _Spec, feats: dict[str, np.ndarray], y: np.ndarray, folds: in
     errs = np.empty(n)
     for k in range(folds):
         test = idx % folds == k
-        beta = _solve(X[~test], y[~test], full_rank=False)
+        beta = _solve(X[~test], y[~test], full_rank=False, relative=relative)
         if beta is None:
             return float("inf")
-        errs[test] = np.abs(X[test] @ beta - y[test]) / y[test]
-    return float(errs.mean())
+        errs[test] = np.abs(X[test] @ beta - y[test])
+    return float(np.mean(errs / y)) if relative else float(errs.sum() / y.sum())
 
 
 def _specs(kind: str, feats: dict[str, np.ndarray]) -> list[_Spec]:
@@ -156,9 +161,11 @@ def _specs(kind: str, feats: dict[str, np.ndarray]) -> list[_Spec]:
         for combo in itertools.combinations(usable, r):
             out.append(_Spec(combo, None))
             for g in GRID_CANDIDATES.get(kind, ()):
-                knots = _knots(feats[g])
-                if g not in combo and knots:
-                    out.append(_Spec(combo, g, knots))
+                if g in combo:
+                    continue
+                for knots in dict.fromkeys(_knots(feats[g], n) for n in _KNOT_COUNTS):
+                    if knots:
+                        out.append(_Spec(combo, g, knots))
     return out
 
 
@@ -172,9 +179,11 @@ def _stage_fit(spec: _Spec, beta: np.ndarray) -> StageFit:
                     intercept_s=float(beta[0]), grid=grid)
 
 
-def fit_stage(kind: str, samples: Sequence[Sample], *, folds: int = 5) -> StageResult | None:
+def fit_stage(kind: str, samples: Sequence[Sample], *, folds: int = 5,
+              relative: bool = True) -> StageResult | None:
     """The chosen model for ``kind`` from its fitting samples, scored on its held-out ones;
-    None when there are no fitting samples."""
+    None when there are no fitting samples. ``relative`` False fits plain least squares (the
+    conditional mean: right for host gaps, whose sum is what a timeline feels)."""
     fit_s = [s for s in samples if s.kind == kind and not s.held_out]
     held = [s for s in samples if s.kind == kind and s.held_out]
     if not fit_s:
@@ -185,16 +194,16 @@ def fit_stage(kind: str, samples: Sequence[Sample], *, folds: int = 5) -> StageR
     names = CANDIDATES[kind]
     feats = {f: np.array([s.features[f] for s in fit_s], dtype=np.float64) for f in names}
     folds = max(2, min(folds, y.size))
-    scored = [(_cv_mape(sp, feats, y, folds), sp) for sp in _specs(kind, feats)]
-    finite = [(e, sp) for e, sp in scored
-              if np.isfinite(e) and _solve(_design(sp, feats, y.size), y) is not None]
+    scored = [(_cv_mape(sp, feats, y, folds, relative), sp) for sp in _specs(kind, feats)]
+    finite = [(e, sp) for e, sp in scored if np.isfinite(e)
+              and _solve(_design(sp, feats, y.size), y, relative=relative) is not None]
     if not finite:  # too few samples for any feature: the mean time
         finite = [(float(np.mean(np.abs(y - y.mean()) / y)), _Spec((), None))]
     best = min(e for e, _ in finite)
     ok = [(sp.num_params, e, sp) for e, sp in finite
           if e <= best * _TOLERANCE[0] + _TOLERANCE[1]]
     _, cv, spec = min(ok, key=lambda t: (t[0], t[1]))
-    beta = _solve(_design(spec, feats, y.size), y)
+    beta = _solve(_design(spec, feats, y.size), y, relative=relative)
     if beta is None:  # only the mean model can get here
         beta = np.array([float(np.median(y))])
     fit = _stage_fit(spec, beta)

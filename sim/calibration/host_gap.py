@@ -97,3 +97,13 @@ def execute_samples(batches: list[Batch], execute_s: list[float], label: str) ->
         Sample(b.kind_label, batch_features(b), t, True, f"{label} step {b.step_id}")
         for b, t in zip(batches, execute_s, strict=True) if t > 0
     ]
+
+
+def trim_outliers(samples: list[Sample], quantile: float = 0.99) -> list[Sample]:
+    """Drop samples above the ``quantile`` of their times (a garbage-collector pause or a
+    neighbour's burst is not a property of the batch)."""
+    if len(samples) < 20:
+        return samples
+    times = sorted(s.seconds for s in samples)
+    cut = times[min(len(times) - 1, int(quantile * len(times)))]
+    return [s for s in samples if s.seconds <= cut]

@@ -26,7 +26,13 @@ from sim.calibration.fit import (
     fit_stage,
     pooled_held_out,
 )
-from sim.calibration.host_gap import RecordingRunner, execute_samples, gap_samples, gap_workload
+from sim.calibration.host_gap import (
+    RecordingRunner,
+    execute_samples,
+    gap_samples,
+    gap_workload,
+    trim_outliers,
+)
 from sim.calibration.measure import CalibrationRig, config_for, measure_shapes
 from sim.calibration.resolve import model_label
 from sim.calibration.shapes import KINDS, QUICK, GridSpec, shape_grid
@@ -109,7 +115,7 @@ def _gap_runs(model: object, shape_cfg: EngineConfig, device: torch.device, dtyp
                               block_size=shape_cfg.cache.block_size),
         )
         source = gap_workload(cfg, decoders=decoders, prompt_tokens=chunk // 2,
-                              output_tokens=6 if quick else 24, long_prompt=3 * chunk, seed=seed)
+                              output_tokens=6 if quick else 48, long_prompt=3 * chunk, seed=seed)
         runner = RecordingRunner(build_runner(model, cfg, device, dtype, seed,  # type: ignore[arg-type]
                                               backend))
         records = run_realtime(cfg, source, runner, record_batches=False)  # type: ignore[arg-type]
@@ -156,7 +162,7 @@ def _calibrate(
                       m.shape.label) for m in measured]
     gaps, in_situ = _gap_runs(net, cfg, device, dtype, quick=quick, backend=backend, seed=seed)
     stages = fit_profile_stages(samples, KINDS)
-    gap = fit_stage("step_gap", gaps) if gaps else None
+    gap = fit_stage("step_gap", trim_outliers(gaps), relative=False) if gaps else None
     mape, worst = pooled_held_out(stages)
     contended = sum(len(m.contended) for m in measured)
     timed = contended + sum(len(m.times_s) for m in measured)

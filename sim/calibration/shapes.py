@@ -70,11 +70,11 @@ class GridSpec:
     """The ranges the grid covers. Contexts include the row itself; prefixes are the KV
     positions before a prompt chunk."""
 
-    rows: tuple[int, ...] = (1, 2, 4, 8, 16)
-    contexts: tuple[int, ...] = (64, 256, 1024, 2048)
+    rows: tuple[int, ...] = (1, 2, 4, 8, 12, 16)
+    contexts: tuple[int, ...] = (64, 256, 1024, 1536, 2048)
     chunks: tuple[int, ...] = (16, 64, 128, 256)
     prefixes: tuple[int, ...] = (0, 256, 1024, 2048)
-    mixed_rows: tuple[int, ...] = (1, 4, 8, 16)
+    mixed_rows: tuple[int, ...] = (1, 4, 8, 12, 16)
     num_depths: int = 4
     held_out_per_kind: dict[str, int] = field(
         default_factory=lambda: {"decode": 8, "prompt": 8, "mixed": 10, "prefill": 6,
