@@ -38,6 +38,8 @@ GRID_CANDIDATES: dict[str, tuple[str, ...]] = {
     "mixed": ("decode_padded_context", "prompt_context"),
     "prompt": ("prompt_context",),
     "prefill": ("prompt_context",),
+    "prelude": ("rows",),
+    "coda": ("rows",),
 }
 # Knot counts tried for a grid term (CV picks; duplicates on small grids are skipped).
 _KNOT_COUNTS = (4, 6, 10)

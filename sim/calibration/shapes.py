@@ -70,8 +70,8 @@ class GridSpec:
     """The ranges the grid covers. Contexts include the row itself; prefixes are the KV
     positions before a prompt chunk."""
 
-    rows: tuple[int, ...] = (1, 2, 4, 8, 12, 16)
-    contexts: tuple[int, ...] = (64, 256, 1024, 1536, 2048)
+    rows: tuple[int, ...] = (1, 2, 4, 8, 12, 14, 16)
+    contexts: tuple[int, ...] = (64, 256, 1024, 1536, 1792, 2048)
     chunks: tuple[int, ...] = (16, 64, 128, 256)
     prefixes: tuple[int, ...] = (0, 256, 1024, 2048)
     mixed_rows: tuple[int, ...] = (1, 4, 8, 12, 16)
@@ -144,7 +144,7 @@ def fit_shapes(spec: GridSpec) -> list[Shape]:
         for chunk in (small, big):
             out.append(Shape("prefill", prompts=(PromptChunk(spec.prefixes[1 % len(
                 spec.prefixes)], chunk, D // 2, False),), num_depths=D - D // 2))
-    for n in sorted(set(spec.rows) | set(spec.mixed_rows)):
+    for n in range(1, spec.max_rows + 1):  # cheap steps: every row count
         out.append(Shape("prelude", rows=n))
         out.append(Shape("coda", rows=n))
     return out
