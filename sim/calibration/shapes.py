@@ -115,19 +115,25 @@ def fit_shapes(spec: GridSpec) -> list[Shape]:
             out.append(Shape("prompt", prompts=(PromptChunk(prefix, chunk, 0, True),)))
             out.append(Shape("prompt", prompts=(PromptChunk(prefix, chunk, 1 % D, False),)))
     small, big = min(spec.chunks), max(spec.chunks)
-    for k in (2, 3):  # several prompt items in one call (two injected prompts, A1/A2)
-        out.append(Shape("prompt", prompts=tuple(
-            PromptChunk(spec.prefixes[i % len(spec.prefixes)], small, i % D, False)
-            for i in range(k))))
+    # several prompt items in one call (A1 packs whole items up to the budget; A2 early on)
+    mid_chunk = spec.chunks[len(spec.chunks) // 2 - 1] if len(spec.chunks) > 1 else small
+    for k in (2, 3, 4):
+        for chunk in dict.fromkeys((small, mid_chunk)):
+            out.append(Shape("prompt", prompts=tuple(
+                PromptChunk(spec.prefixes[i % len(spec.prefixes)], chunk, i % D, i == 0)
+                for i in range(k))))
     # Decode contexts alternate between a middle and the largest value, so the mixed fit sees
     # the whole decode range without doubling the grid.
     ctx_levels = (spec.contexts[len(spec.contexts) // 2], max(spec.contexts))
     combos = itertools.product(spec.mixed_rows, spec.chunks, (spec.prefixes[0],
                                                              spec.prefixes[-1]), (True, False))
     for i, (n, chunk, prefix, fused) in enumerate(combos):
+        prompts = [PromptChunk(prefix, chunk, 0 if fused else D - 1, fused)]
+        if i % 3 == 2:  # a second prompt item in every third call
+            prompts.append(PromptChunk(spec.prefixes[len(spec.prefixes) // 2], small, 1 % D))
         out.append(Shape(
             "mixed", decode=_decode_rows(n, ctx_levels[(i // 2 + n) % 2], True, D),
-            prompts=(PromptChunk(prefix, chunk, 0 if fused else D - 1, fused),),
+            prompts=tuple(prompts),
         ))
     out.append(Shape("mixed", decode=_decode_rows(max(spec.mixed_rows), max(spec.contexts),
                                                   True, D),
