@@ -90,33 +90,28 @@ class ModelRunner:
 
     # ---- lifecycle -----------------------------------------------------------------------
     def _allocate(self, cfg: EngineConfig) -> None:
-        shape, cache, sched = cfg.model, cfg.cache, cfg.scheduler
-        self.kv_cache = KVCache(shape, cache.num_blocks, cache.block_size, self.device, self.dtype)
+        cache = cfg.cache
+        self.kv_cache = KVCache(
+            cfg.model, cache.num_blocks, cache.block_size, self.device, self.dtype
+        )
+        self._allocate_states(cfg)
+
+    def _allocate_states(self, cfg: EngineConfig) -> None:
+        sched, hidden = cfg.scheduler, cfg.model.hidden_size
         self.prompt_pool = PromptStatePool(
-            sched.max_num_seqs, sched.effective_chunk_size, shape.hidden_size, self.device,
-            self.dtype,
+            sched.max_num_seqs, sched.effective_chunk_size, hidden, self.device, self.dtype
         )
-        self.decode_states = DecodeStatePool(
-            sched.max_num_seqs, shape.hidden_size, self.device, self.dtype
-        )
+        self.decode_states = DecodeStatePool(sched.max_num_seqs, hidden, self.device, self.dtype)
 
     def bind(self, core: EngineCore) -> None:
-        """Serve ``core`` from now on: its block manager and request params; fresh pools."""
+        """Serve ``core`` from now on: its block manager and request params; fresh state
+        pools (the KV tensors are reused when the cache geometry is unchanged)."""
         if core.cfg.model != self.cfg.model:
             raise ValueError("model: the core's model shape differs from the runner's model")
-        old, self.cfg = self.cfg, core.cfg
-        same_kv = old.cache.num_blocks == core.cfg.cache.num_blocks and (
-            old.cache.block_size == core.cfg.cache.block_size
-        )
-        if same_kv:
-            self.prompt_pool = PromptStatePool(
-                self.cfg.scheduler.max_num_seqs, self.cfg.scheduler.effective_chunk_size,
-                self.cfg.model.hidden_size, self.device, self.dtype,
-            )
-            self.decode_states = DecodeStatePool(
-                self.cfg.scheduler.max_num_seqs, self.cfg.model.hidden_size, self.device,
-                self.dtype,
-            )
+        old, self.cfg = self.cfg.cache, core.cfg
+        new = core.cfg.cache
+        if (old.num_blocks, old.block_size) == (new.num_blocks, new.block_size):
+            self._allocate_states(self.cfg)
         else:
             self._allocate(self.cfg)
         self.kv = core.kv
@@ -178,11 +173,10 @@ class ModelRunner:
         exit_cfg = (p.exit if p is not None else None) or self.cfg.exit
         return exit_cfg.seed
 
-    def _decode_slots(self, items: list[ScheduledItem], *, new: bool = False) -> torch.Tensor:
-        pool = self.decode_states
-        get = pool.slot_or_new if new else pool.slot
-        slots = [get(it.key) for it in items]
-        return upload_ints(slots, self.device)
+    def _decode_slots(self, items: list[ScheduledItem]) -> torch.Tensor:
+        """Device indices of the items' one-row decode states."""
+        slot = self.decode_states.slot
+        return upload_ints([slot(it.key) for it in items], self.device)
 
     def _prelude(self, batch: Batch) -> None:
         items = list(batch.items)
