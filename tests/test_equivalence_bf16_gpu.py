@@ -1,5 +1,6 @@
-"""CUDA equivalence of A0/A1/A2 (RFC §6): fp32 must match exactly as on CPU; bf16 reports the
-first divergent token and exit depth. Skipped without CUDA (run by make gpu-check)."""
+"""bf16 and CUDA equivalence of A0/A1/A2 (RFC §6): CUDA fp32 must match exactly as on CPU;
+bf16 (CPU always, CUDA when present) reports the first divergent token and exit depth. CUDA
+cases are marked gpu and skipped without CUDA (run by make gpu-check)."""
 
 from __future__ import annotations
 
@@ -11,17 +12,15 @@ from engine.model import build_model
 from tests.reference.divergence import divergence_report, first_divergence
 from tests.reference.fixtures import ARMS, make_llm, outputs_key
 
-pytestmark = [
-    pytest.mark.gpu,
-    pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA"),
-]
+CUDA = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")]
+DEVICES = ["cpu", pytest.param("cuda", marks=CUDA)]
 
 PROMPTS = [[(13 * i + 7 * r) % 64 for i in range(5 + 9 * r)] for r in range(6)]
 TRACE = (4, 2, 3, 1, 4, 2, 1, 3, 4, 2, 2, 1)
 
 
-def _model(dtype: torch.dtype):  # type: ignore[no-untyped-def]
-    model = build_model("tiny", seed=0, device="cuda", dtype=dtype)
+def _model(device: str, dtype: torch.dtype):  # type: ignore[no-untyped-def]
+    model = build_model("tiny", seed=0, device=device, dtype=dtype)
     gen = torch.Generator().manual_seed(1)
     with torch.no_grad():
         w = model.model.early_exit_gate.weight
@@ -29,27 +28,31 @@ def _model(dtype: torch.dtype):  # type: ignore[no-untyped-def]
     return model
 
 
-def _runs(dtype: torch.dtype, exit_cfg: ExitConfig, params: list[SamplingParams]):  # type: ignore[no-untyped-def]
-    model = _model(dtype)
+def _runs(device: str, dtype: torch.dtype, exit_cfg: ExitConfig,  # type: ignore[no-untyped-def]
+          params: list[SamplingParams]):
+    model = _model(device, dtype)
     return {
-        arm: outputs_key(make_llm(model, arm, exit_cfg, device="cuda", dtype=dtype)
+        arm: outputs_key(make_llm(model, arm, exit_cfg, device=device, dtype=dtype)
                          .generate(PROMPTS, params))
         for arm in ARMS
     }
 
 
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 def test_cuda_fp32_arms_identical_for_adaptive_and_sampled_requests() -> None:
     params = [SamplingParams(max_tokens=10, temperature=0.8 * (r % 2), seed=r)
               for r in range(len(PROMPTS))]
-    runs = _runs(torch.float32, ExitConfig(mode="ouro", exit_threshold=0.5), params)
+    runs = _runs("cuda", torch.float32, ExitConfig(mode="ouro", exit_threshold=0.5), params)
     report = divergence_report("atomic", runs["atomic"], "per_depth", runs["per_depth"])
     report += divergence_report("atomic", runs["atomic"], "mixed", runs["mixed"])
     assert not report, "\n".join(report)
 
 
-def test_cuda_bf16_arms_agree_and_report_first_divergence() -> None:
+@pytest.mark.parametrize("device", DEVICES)
+def test_bf16_arms_agree_and_report_first_divergence(device: str) -> None:
     params = [SamplingParams(max_tokens=12, exit_trace=TRACE) for _ in PROMPTS]
-    runs = _runs(torch.bfloat16, ExitConfig(mode="trace"), params)
+    runs = _runs(device, torch.bfloat16, ExitConfig(mode="trace"), params)
     report = []
     matched = total = 0
     for arm in ("per_depth", "mixed"):
@@ -58,7 +61,7 @@ def test_cuda_bf16_arms_agree_and_report_first_divergence() -> None:
             d = first_divergence(a, b)
             matched += len(a[0]) if d is None else d[0]
             total += len(a[0])
-    print("\n".join(report) or "bf16: A0, A1 and A2 identical")
+    print("\n".join(report) or f"bf16 on {device}: A0, A1 and A2 identical")
     # Trace exits fix the depths; greedy tokens may drift after a near-tie in bf16, but
     # the bulk of every run must agree before its first divergence.
     assert all(a[1] == b[1] for arm in ARMS for a, b in zip(runs["atomic"], runs[arm],
