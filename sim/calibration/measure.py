@@ -30,6 +30,9 @@ from engine.runner import ModelRunner
 from sim.calibration.shapes import Shape
 
 _STAGES = {"prelude": Stage.PRELUDE, "coda": Stage.CODA, "prefill": Stage.PREFILL}
+# PRELUDE and CODA steps follow unlike steps in serving (CODA after the last depth, PRELUDE
+# after CODA), so they are timed cold; every core-call kind is timed after an untimed run.
+_COLD_KINDS = ("prelude", "coda")
 
 
 class StepTimer:
@@ -206,9 +209,9 @@ def measure_shapes(
     """Rounds over ``shapes`` until each has ``repeats`` clean samples.
 
     Each visit builds the batch (not timed), executes it once untimed and then times a second
-    execution: in serving, consecutive steps are alike, so weights and the batch's own KV are
-    warm (timing the first execution after an unrelated shape reads about 5% slow against
-    the real loop). Requests are freed right after, so the rig's KV only needs to hold the
+    execution: in serving, consecutive core calls are alike, so weights and the batch's own
+    KV are warm (timing the first execution after an unrelated shape reads about 5% slow
+    against the real loop). PRELUDE and CODA are timed on their first execution. Requests are freed right after, so the rig's KV only needs to hold the
     largest shape. Each round visits the shapes still short of clean samples in a new seeded
     order, so a burst of machine noise spreads over many shapes. Rounds stop at
     ``2 x repeats`` or when ``max_seconds`` would be exceeded (one round always completes);
@@ -234,7 +237,8 @@ def measure_shapes(
             for i in todo:
                 batch, live = rig.build(shapes[i])
                 try:
-                    rig.runner.execute(batch)
+                    if shapes[i].kind not in _COLD_KINDS:
+                        rig.runner.execute(batch)
                     dt, clean = timer(lambda b=batch: rig.runner.execute(b))
                 finally:
                     rig.release(live)

@@ -122,9 +122,10 @@ def fit_shapes(spec: GridSpec) -> list[Shape]:
             out.append(Shape("prompt", prompts=tuple(
                 PromptChunk(spec.prefixes[i % len(spec.prefixes)], chunk, i % D, i == 0)
                 for i in range(k))))
-    # Decode contexts alternate between a middle and the largest value, so the mixed fit sees
-    # the whole decode range without doubling the grid.
-    ctx_levels = (spec.contexts[len(spec.contexts) // 2], max(spec.contexts))
+    # Decode contexts rotate through the context grid (offset by the row count), so the mixed
+    # fit sees the whole decode range, decorrelated from chunk, prefix and fusion, without
+    # multiplying the grid.
+    ctx = spec.contexts
     combos = itertools.product(spec.mixed_rows, spec.chunks, (spec.prefixes[0],
                                                              spec.prefixes[-1]), (True, False))
     for i, (n, chunk, prefix, fused) in enumerate(combos):
@@ -132,7 +133,7 @@ def fit_shapes(spec: GridSpec) -> list[Shape]:
         if i % 3 == 2:  # a second prompt item in every third call
             prompts.append(PromptChunk(spec.prefixes[len(spec.prefixes) // 2], small, 1 % D))
         out.append(Shape(
-            "mixed", decode=_decode_rows(n, ctx_levels[(i // 2 + n) % 2], True, D),
+            "mixed", decode=_decode_rows(n, ctx[(i + n) % len(ctx)], True, D),
             prompts=tuple(prompts),
         ))
     out.append(Shape("mixed", decode=_decode_rows(max(spec.mixed_rows), max(spec.contexts),
