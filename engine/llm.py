@@ -15,10 +15,11 @@ from typing import Any
 
 import torch
 
+from engine.core.arrivals import ArrivalFeeder
 from engine.core.batch import Batch
 from engine.core.config import CacheConfig, EngineConfig, ExitConfig, SchedulerConfig
 from engine.core.engine_core import EngineCore
-from engine.core.records import ArrivalSource, ArrivalSpec, RunRecorder, RunRecords
+from engine.core.records import ArrivalSource, RunRecorder, RunRecords
 from engine.core.request import SamplingParams
 from engine.core.results import StepResult, TokenEvent
 from engine.model.build import build_model, default_dtype
@@ -210,24 +211,6 @@ class LLM:
         return [done[i] for i in ids]
 
 
-def injection_problem(core: EngineCore, spec: ArrivalSpec, now_s: float) -> str | None:
-    """Why an injected request submitted now makes the run invalid (docs/contracts.md)."""
-    max_num_seqs = core.cfg.scheduler.max_num_seqs
-    if core.num_running >= max_num_seqs:
-        return (
-            f"injected request {spec.request_id} found no free slot at t={now_s:.6f}s "
-            f"(num_running {core.num_running} == max_num_seqs {max_num_seqs})"
-        )
-    need = core.kv.blocks_for(len(spec.prompt_token_ids) + spec.params.max_tokens - 1)
-    free = core.kv.num_free_blocks
-    if need > free:
-        return (
-            f"injected request {spec.request_id} found no KV capacity at t={now_s:.6f}s "
-            f"(needs {need} blocks, {free} free)"
-        )
-    return None
-
-
 class _RealtimeRun:
     def __init__(
         self, cfg: EngineConfig, source: ArrivalSource, runner: ModelRunner, record_batches: bool,
@@ -239,52 +222,25 @@ class _RealtimeRun:
         self.source = source
         self.recorder = RunRecorder(record_batches)
         self.host_timings = host_timings
-        timed = list(source.initial())
-        for spec in timed:
-            if spec.arrival_s is None or not spec.arrival_s >= 0.0:
-                raise ValueError(
-                    f"workload: request {spec.request_id} has arrival_s {spec.arrival_s!r}; "
-                    "timed arrivals need a time >= 0"
-                )
-        timed.sort(key=lambda s: s.arrival_s)  # type: ignore[arg-type, return-value]
-        self.timed = timed
-        self.next_arrival = 0
+        self.feeder = ArrivalFeeder(self.core, source, self.recorder)
         self.t0 = time.perf_counter()
 
     def now(self) -> float:
         return time.perf_counter() - self.t0
 
-    def submit(self, spec: ArrivalSpec, arrival_s: float) -> None:
-        if spec.injected:
-            problem = injection_problem(self.core, spec, arrival_s)
-            if problem is not None:
-                self.recorder.records.invalid_reasons.append(problem)
-        self.recorder.submitted(spec)
-        self.core.add_request(
-            spec.request_id, spec.prompt_token_ids, spec.params, arrival_s, spec.priority
-        )
-
-    def submit_due(self, now_s: float) -> None:
-        timed = self.timed
-        while self.next_arrival < len(timed) and timed[self.next_arrival].arrival_s <= now_s:  # type: ignore[operator]
-            spec = timed[self.next_arrival]
-            self.next_arrival += 1
-            self.submit(spec, spec.arrival_s)  # type: ignore[arg-type]
-
     def wait_for_arrival(self) -> None:
         """Sleep, then spin, until the next timed arrival is due."""
-        due = self.timed[self.next_arrival].arrival_s
-        assert due is not None
+        due = self.feeder.next_due_s
         while (left := due - self.now()) > 0:
             if left > 0.002:
                 time.sleep(left - 0.001)
 
     def run(self) -> RunRecords:
-        core, runner, recorder, source = self.core, self.runner, self.recorder, self.source
+        core, runner, recorder, feeder = self.core, self.runner, self.recorder, self.feeder
         while True:
-            self.submit_due(self.now())
+            feeder.submit_due(self.now())
             if not core.has_work():
-                if self.next_arrival >= len(self.timed):
+                if feeder.exhausted:
                     break
                 self.wait_for_arrival()
                 continue
@@ -292,7 +248,7 @@ class _RealtimeRun:
             batch = core.schedule(t_sched)
             schedule_s = self.now() - t_sched
             if batch is None:
-                if self.next_arrival >= len(self.timed):
+                if feeder.exhausted:
                     raise RuntimeError(
                         f"at t={t_sched:.6f}s the core holds {core.num_waiting} waiting and "
                         f"{core.num_running} running requests but schedules nothing, and no "
@@ -308,9 +264,7 @@ class _RealtimeRun:
                 self.host_timings.append(
                     HostTiming(batch.step_id, batch.core_calls, schedule_s, runner.last_prepare_s)
                 )
-            for event in events:
-                for spec in source.on_token(event):
-                    self.submit(spec, event.time_s)
+            feeder.on_events(events)
             recorder.step(batch, start, end, events)
             finished = core.pop_finished()
             if finished:

@@ -22,14 +22,14 @@ from typing import Any
 
 import simpy
 
+from engine.core.arrivals import ArrivalFeeder
 from engine.core.config import EngineConfig
 from engine.core.engine_core import EngineCore
 from engine.core.fake_executor import SignalFn
-from engine.core.records import ArrivalSource, ArrivalSpec, RunRecords
+from engine.core.records import ArrivalSource, RunRecords
 from sim.cost.base import CostModel
 from sim.executor import SimExecutor
 from sim.recorder import SimRecorder
-from sim.validity import injection_problem
 
 
 class SimulationDeadlock(RuntimeError):
@@ -51,51 +51,21 @@ class _SimRun:
         self.cost = cost
         self.executor = executor
         self.recorder = SimRecorder(cfg.model.num_depths, record_batches)
-        timed = list(source.initial())
-        for spec in timed:
-            if spec.arrival_s is None or not spec.arrival_s >= 0.0:
-                raise ValueError(
-                    f"workload: request {spec.request_id} has arrival_s {spec.arrival_s!r}; "
-                    "timed arrivals need a time >= 0"
-                )
-        timed.sort(key=lambda s: s.arrival_s)  # type: ignore[arg-type, return-value]
-        self.timed = timed
-        self.next_arrival = 0
+        self.feeder = ArrivalFeeder(self.core, source, self.recorder)
         self.idle: simpy.Event | None = None
-
-    # ---- arrivals ------------------------------------------------------------------------
-    def submit(self, spec: ArrivalSpec, arrival_s: float) -> None:
-        if spec.injected:
-            problem = injection_problem(self.core, spec, arrival_s)
-            if problem is not None:
-                self.recorder.records.invalid_reasons.append(problem)
-        self.recorder.submitted(spec)
-        self.core.add_request(
-            spec.request_id, spec.prompt_token_ids, spec.params, arrival_s, spec.priority
-        )
-
-    def submit_due(self, now_s: float) -> None:
-        """Submit every timed arrival at or before ``now_s``, in time order."""
-        timed, i = self.timed, self.next_arrival
-        while i < len(timed) and timed[i].arrival_s <= now_s:  # type: ignore[operator]
-            spec = timed[i]
-            i += 1
-            self.next_arrival = i
-            self.submit(spec, spec.arrival_s)  # type: ignore[arg-type]
 
     def wake(self) -> None:
         if self.idle is not None and not self.idle.triggered:
             self.idle.succeed()
 
     def arrival_process(self) -> Generator[simpy.Event, Any, None]:
-        env = self.env
-        while self.next_arrival < len(self.timed):
-            due = self.timed[self.next_arrival].arrival_s
-            assert due is not None
+        env, feeder = self.env, self.feeder
+        while not feeder.exhausted:
+            due = feeder.next_due_s
             if due > env.now:
                 yield env.timeout(due - env.now)
             # Submit by the arrival's own time: env.now may sit an ulp below it.
-            self.submit_due(max(due, env.now))
+            feeder.submit_due(max(due, env.now))
             self.wake()
 
     # ---- engine --------------------------------------------------------------------------
@@ -112,18 +82,16 @@ class _SimRun:
         per step would give, so the rows are the same to the bit.
         """
         env, core, executor, cost = self.env, self.core, self.executor, self.cost
-        recorder, source, timed = self.recorder, self.source, self.timed
-        num_timed = len(timed)
+        recorder, feeder = self.recorder, self.feeder
         now = env.now
         while True:
-            i = self.next_arrival
-            if i < num_timed and timed[i].arrival_s <= now:  # type: ignore[operator]
-                self.submit_due(now)
+            if feeder.next_due_s <= now:
+                feeder.submit_due(now)
             batch = core.schedule(now) if core.has_work() else None
             if batch is None:
                 if now > env.now:
                     yield env.timeout(now - env.now)
-                if self.next_arrival >= num_timed:
+                if feeder.exhausted:
                     if core.has_work():
                         raise SimulationDeadlock(
                             f"at t={now:.6f}s the core holds {core.num_waiting} waiting and "
@@ -140,14 +108,11 @@ class _SimRun:
             if not duration >= 0.0:
                 raise ValueError(f"cost model returned {duration!r} s for step {batch.step_id}")
             end = now = start + duration
-            i = self.next_arrival
-            if i < num_timed and timed[i].arrival_s <= end:  # type: ignore[operator]
+            if feeder.next_due_s <= end:
                 yield env.timeout(end - env.now)
             events = core.apply(batch, result, end)
             if events:
-                for event in events:
-                    for spec in source.on_token(event):
-                        self.submit(spec, event.time_s)
+                feeder.on_events(events)
             recorder.step(batch, start, end, events)
             finished = core.pop_finished()
             if finished:

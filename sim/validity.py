@@ -8,30 +8,13 @@ lifetime when it is submitted (checked by the driver at submission, see
 
 from __future__ import annotations
 
+from engine.core.arrivals import injection_problem
 from engine.core.config import resolve_arm
-from engine.core.engine_core import EngineCore
-from engine.core.records import ArrivalSpec, RunRecords
+from engine.core.records import RunRecords
+
+__all__ = ["NO_MIXED_CALL", "check", "injection_problem"]
 
 NO_MIXED_CALL = "mixed arm formed no mixed core call"
-
-
-def injection_problem(core: EngineCore, spec: ArrivalSpec, now_s: float) -> str | None:
-    """Why an injected request submitted now would make the run invalid, or None."""
-    max_num_seqs = core.cfg.scheduler.max_num_seqs
-    if core.num_running >= max_num_seqs:
-        return (
-            f"injected request {spec.request_id} found no free slot at t={now_s:.6f}s "
-            f"(num_running {core.num_running} == max_num_seqs {max_num_seqs})"
-        )
-    lifetime = len(spec.prompt_token_ids) + spec.params.max_tokens - 1
-    need = core.kv.blocks_for(lifetime)
-    free = core.kv.num_free_blocks
-    if need > free:
-        return (
-            f"injected request {spec.request_id} found no KV capacity at t={now_s:.6f}s "
-            f"(needs {need} blocks, {free} free)"
-        )
-    return None
 
 
 def check(records: RunRecords, arm: str) -> list[str]:

@@ -162,7 +162,10 @@ class EngineCore:
         released = self.prompt_states.take_released()
         if not (self._finalize or released or self._released_requests):
             return _NO_HOUSEKEEPING
-        hk = Housekeeping(tuple(self._finalize), released, tuple(self._released_requests))
+        gone = set(self._released_requests)
+        # A request that finished right after its exiting token needs no finalize copy.
+        finalize = tuple(op for op in self._finalize if (op.request_id, op.generation) not in gone)
+        hk = Housekeeping(finalize, released, tuple(self._released_requests))
         self._finalize.clear()
         self._released_requests.clear()
         return hk
