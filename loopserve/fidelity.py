@@ -88,9 +88,10 @@ def main(args: argparse.Namespace, argv: list[str]) -> int:
     dest = _destination(args.out, scn.name, args.target)
     progress = not args.no_progress
     sim_runs = run_sim(sim_plan, progress=progress)
-    real_runs = run_real(real_plan, prof, progress=progress)
+    real_world = run_real(real_plan, prof, progress=progress)
+    real_runs = real_world.runs
     cost = next(iter(sim_plan.costs.values()))
-    result = compare(sim_plan, sim_runs, real_runs, cost, prof)
+    result = compare(sim_plan, sim_runs, real_world, cost, prof)
     with outputs.staged_dir(dest) as tmp:
         outputs.write_json(tmp / "fidelity.json", result)
         outputs.write_scenario(tmp / "scenario.yaml", cal)
@@ -148,6 +149,10 @@ def _table(result: dict[str, Any]) -> str:
     lines.append(f"per-step MAPE {100 * result['step_mape']:.2f}% (worst "
                  f"{100 * result['step_max_error']:.1f}%); same batches: "
                  f"{result['same_batches']}")
+    slow = result["machine"]["slowdown_vs_calibration"]
+    if slow:
+        lines.append("machine now vs at calibration (probe steps): " + ", ".join(
+            f"{k} x{v:.2f}" for k, v in slow.items()))
     return "\n".join(lines)
 
 

@@ -82,21 +82,40 @@ def run_sim(plan: Plan, *, progress: bool = True) -> list[WorldRun]:
     return out
 
 
-def run_real(plan: Plan, profile: Profile, *, progress: bool = True) -> list[WorldRun]:
+@dataclass
+class RealWorld:
+    """The measured runs plus the reference probes timed just before and after them."""
+
+    runs: list[WorldRun]
+    probes_before: dict[str, float]
+    probes_after: dict[str, float]
+
+
+def run_real(plan: Plan, profile: Profile, *, progress: bool = True) -> RealWorld:
     """Every planned run on the real target with the profile's CPU thread count; a warm-up
-    run first when the scenario asks for it (discarded)."""
+    run first when the scenario asks for it (discarded); the calibration probes around it."""
     import torch
 
     before = torch.get_num_threads()
     if plan.target == "cpu" and profile.provenance.num_threads:
         torch.set_num_threads(profile.provenance.num_threads)
     try:
-        return _run_real(plan, progress)
+        return _run_real(plan, progress, profile.provenance.block_size or 16)
     finally:
         torch.set_num_threads(before)
 
 
-def _run_real(plan: Plan, progress: bool) -> list[WorldRun]:
+def _probes(target: Any, block_size: int) -> dict[str, float]:
+    from engine.llm import build_runner
+    from sim.calibration.measure import CalibrationRig, config_for, probe_shapes, time_probes
+
+    cfg = config_for(target.model.config.to_shape(), list(probe_shapes().values()), block_size)
+    rig = CalibrationRig(build_runner(target.model, cfg, target.device, target.dtype, 0,
+                                      target.attention_backend), cfg)
+    return time_probes(rig)
+
+
+def _run_real(plan: Plan, progress: bool, block_size: int) -> RealWorld:
     from engine.llm import build_runner, run_realtime
     from loopserve.metrics import summarize
     from loopserve.realtime import RealTarget
@@ -115,12 +134,13 @@ def _run_real(plan: Plan, progress: bool) -> list[WorldRun]:
 
     if plan.scenario.runner.warmup and plan.runs:
         one(plan.runs[0])
+    before = _probes(target, block_size)
     out = []
     for spec in _bar(plan, plan.target, progress):
         records, runner = one(spec)
         out.append(WorldRun(spec, records, runner.batches,
                             summarize(records, plan.shape.num_depths), runner.cpu_s))
-    return out
+    return RealWorld(out, before, _probes(target, block_size))
 
 
 # ---- comparison ------------------------------------------------------------------------------
@@ -198,9 +218,21 @@ def _timed_arrivals(plan: Plan) -> bool:
     return any((s.arrival_s or 0.0) > 0.0 for s in src.initial())
 
 
-def compare(plan: Plan, sim: list[WorldRun], real: list[WorldRun], cost: CalibratedCost,
+def _machine(world: RealWorld, profile: Profile) -> dict[str, Any]:
+    """Probe times now vs at calibration: > 1 means the machine runs slower than when the
+    profile was measured (a shared machine's neighbours, clocks), a bias no model can see."""
+    cal = profile.provenance.probe_s or {}
+    now = {k: 0.5 * (world.probes_before[k] + world.probes_after[k])
+           for k in world.probes_before}
+    return {"probe_s_calibration": cal or None, "probe_s_before": world.probes_before,
+            "probe_s_after": world.probes_after,
+            "slowdown_vs_calibration": {k: now[k] / cal[k] for k in now if cal.get(k)} or None}
+
+
+def compare(plan: Plan, sim: list[WorldRun], world: RealWorld, cost: CalibratedCost,
             profile: Profile) -> dict[str, Any]:
     """The fidelity.json document."""
+    real = world.runs
     pred: list[float] = []
     meas: list[float] = []
     cpu: list[float] = []
@@ -247,6 +279,7 @@ def compare(plan: Plan, sim: list[WorldRun], real: list[WorldRun], cost: Calibra
         "host_gap": _errors(gap_pred, gap_meas),
         "contended_step_fraction": (sum(contended) / len(contended)) if contended else None,
         "makespan": wall,
+        "machine": _machine(world, profile),
         "batches": _batches(sim, real, _timed_arrivals(plan)),
         "profile": {"hardware": profile.hardware, "model": profile.model,
                     "held_out_mape": profile.provenance.held_out_mape,

@@ -176,6 +176,12 @@ def write_report(path: Path, scn: Scenario, result: dict[str, Any], sim: list[Wo
         "(sim - measured) / measured; metrics are medians over repeats at the reference "
         "point.</p>",
     ]
+    slow = result["machine"]["slowdown_vs_calibration"]
+    if slow:
+        parts.append("<p>Machine speed now vs at calibration (reference steps timed just "
+                     "before and after the measured runs; above 1 = slower now, a bias the "
+                     "profile cannot see): " + ", ".join(
+                         f"{html.escape(k)} x{v:.2f}" for k, v in slow.items()) + "</p>")
     if contention is not None:
         parts.append(f"<p>{100 * contention:.1f}% of measured steps ran over 1.15x their "
                      "thread CPU time (the machine was busy with other work then).</p>")

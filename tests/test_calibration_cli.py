@@ -43,6 +43,7 @@ def test_quick_calibration_writes_a_valid_profile(calibrated: Path) -> None:
     assert set(p.held_out_mape_by_stage or {}) == KINDS
     assert p.num_held_out_shapes == sum(QUICK.held_out_per_kind.values())
     assert p.repeats is not None and 1 <= p.repeats <= 2
+    assert set(p.probe_s or {}) == {"decode_small", "decode_large", "prompt"}
     env = json.loads((calibrated / "env.json").read_text())
     assert env["command"][:2] == ["loopserve", "calibrate"] and env["num_threads"] == 1
     with (calibrated / "steps.csv").open() as f:

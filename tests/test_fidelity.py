@@ -86,6 +86,11 @@ def test_fidelity_json_has_the_design_shape(result: Path) -> None:
     total = sum(k["count"] for k in kinds.values())
     assert total == doc["step_errors"]["all"]["count"]
     assert sum(s["count"] for s in doc["step_errors"]["by_stage"].values()) == total
+    machine = doc["machine"]
+    assert set(machine["probe_s_before"]) == set(machine["probe_s_after"]) == {
+        "decode_small", "decode_large", "prompt"}
+    assert all(v > 0 for v in machine["probe_s_before"].values())
+    assert machine["slowdown_vs_calibration"] is None  # the hand-written profile has no probes
 
 
 def test_closed_workload_gives_identical_batch_sequences(result: Path) -> None:

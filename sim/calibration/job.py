@@ -33,7 +33,13 @@ from sim.calibration.host_gap import (
     gap_workload,
     trim_outliers,
 )
-from sim.calibration.measure import CalibrationRig, config_for, measure_shapes
+from sim.calibration.measure import (
+    CalibrationRig,
+    config_for,
+    measure_shapes,
+    probe_shapes,
+    time_probes,
+)
 from sim.calibration.resolve import model_label
 from sim.calibration.shapes import KINDS, QUICK, GridSpec, shape_grid
 from sim.cost.calibrated import PROFILE_FORMAT, Profile, Provenance
@@ -151,12 +157,15 @@ def _calibrate(
     net = build_model(model, seed=seed, device=device, dtype=dtype)
     spec = QUICK if quick else GridSpec()
     shapes = shape_grid(spec, seed=seed + 1)
-    cfg = config_for(net.config.to_shape(), shapes, block_size)
+    probes = probe_shapes()
+    cfg = config_for(net.config.to_shape(), [*shapes, *probes.values()], block_size)
     started = time.perf_counter()
     runner = build_runner(net, cfg, device, dtype, seed, backend)
     rig = CalibrationRig(runner, cfg, seed)
+    probe_before = time_probes(rig, repeats=3 if quick else 9)
     measured = measure_shapes(rig, shapes, repeats=repeats, seed=seed, progress=progress,
                               max_seconds=_SHAPES_SHARE * max_seconds)
+    probe_after = time_probes(rig, repeats=3 if quick else 9)
     del rig, runner
     samples = [Sample(m.shape.kind, batch_features(m.batch), m.median_s, m.shape.held_out,
                       m.shape.label) for m in measured]
@@ -180,6 +189,7 @@ def _calibrate(
         num_held_out_shapes=sum(m.shape.held_out for m in measured),
         repeats=min(len(m.times_s) for m in measured), seconds=round(elapsed, 1),
         contended_fraction=round(contended / max(1, timed), 4),
+        probe_s={k: 0.5 * (probe_before[k] + probe_after[k]) for k in probe_before},
         command=command,
     )
     profile = Profile(

@@ -267,3 +267,23 @@ def shape_of(batch: Batch) -> Shape:
                     for it in batch.items if it.kind is ItemKind.PROMPT)
     depths = max((it.num_depths for it in batch.items), default=1)
     return Shape(kind, decode=decode, prompts=prompts, num_depths=depths)
+
+
+def probe_shapes(max_context: int = 1024) -> dict[str, Shape]:
+    """Fixed reference steps timed at calibration and again at fidelity time: their ratio
+    tells how much faster or slower the machine runs now (shared machines drift, most for
+    steps whose working set is large)."""
+    from sim.calibration.shapes import DecodeRow, PromptChunk
+
+    return {
+        "decode_small": Shape("decode", decode=tuple(DecodeRow(128, i % 4) for i in range(8))),
+        "decode_large": Shape("decode", decode=tuple(DecodeRow(max_context, i % 4)
+                                                     for i in range(8))),
+        "prompt": Shape("prompt", prompts=(PromptChunk(max_context // 4, 64, 1),)),
+    }
+
+
+def time_probes(rig: CalibrationRig, repeats: int = 9) -> dict[str, float]:
+    """Median warm execute time of each probe shape (the rig must fit them)."""
+    return {name: measure_shapes(rig, [shape], repeats=repeats, progress=False)[0].median_s
+            for name, shape in probe_shapes().items()}

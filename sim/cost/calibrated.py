@@ -70,6 +70,7 @@ class Provenance(BaseModel):
     num_held_out_shapes: int | None = None
     repeats: int | None = None
     contended_fraction: float | None = None
+    probe_s: dict[str, float] | None = None  # reference steps (sim.calibration.measure)
     seconds: float | None = None
     command: list[str] | None = None
 
