@@ -85,13 +85,16 @@ def main(args: argparse.Namespace, argv: list[str]) -> int:
     check_target(args.target)
     _check_backend(args.attention_backend)
 
+    from sim.calibration.allocator import steady_allocator
     from sim.calibration.job import calibrate
 
+    allocator = steady_allocator()  # before any tensor: the real loop runs the same way
     try:
         result = calibrate(target=args.target, model=args.model, repeats=repeats,
                            max_seconds=max_s, quick=args.quick, threads=threads,
                            block_size=block, backend=args.attention_backend, seed=seed,
-                           progress=not args.no_progress, command=argv)
+                           progress=not args.no_progress, command=argv,
+                           allocator=allocator)
     except (ValueError, OSError, KeyError) as err:
         raise UserError.from_value_error(ValueError(str(err)), "--model") from None
     written = write_outputs(result, out, argv=argv, started_s=started)

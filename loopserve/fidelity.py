@@ -85,13 +85,18 @@ def main(args: argparse.Namespace, argv: list[str]) -> int:
         {"kind": "calibrated", "profile": profile_abs})])
     sim_plan = plan_runs(cal, "sim")
     real_plan = plan_runs(cal, args.target)
+    from sim.calibration.allocator import steady_allocator
+
+    allocator = steady_allocator()  # as at calibration (see sim.calibration.allocator)
     dest = _destination(args.out, scn.name, args.target)
     progress = not args.no_progress
-    sim_runs = run_sim(sim_plan, progress=progress)
+    # The measured world first, in a process not yet holding the simulator's records.
     real_world = run_real(real_plan, prof, progress=progress)
+    sim_runs = run_sim(sim_plan, progress=progress)
     real_runs = real_world.runs
     cost = next(iter(sim_plan.costs.values()))
     result = compare(sim_plan, sim_runs, real_world, cost, prof)
+    result["allocator"] = {"measured": allocator, "calibration": prof.provenance.allocator}
     with outputs.staged_dir(dest) as tmp:
         outputs.write_json(tmp / "fidelity.json", result)
         outputs.write_scenario(tmp / "scenario.yaml", cal)

@@ -12,6 +12,7 @@ import torch
 
 from engine.llm import build_runner
 from loopserve.cli import main
+from sim.calibration.allocator import steady_allocator
 from sim.calibration.measure import CalibrationRig, config_for, measure_shapes, shape_of
 from sim.calibration.shapes import QUICK, shape_grid
 from sim.cost.calibrated import load_profile
@@ -44,6 +45,7 @@ def test_quick_calibration_writes_a_valid_profile(calibrated: Path) -> None:
     assert p.num_held_out_shapes == sum(QUICK.held_out_per_kind.values())
     assert p.repeats is not None and 1 <= p.repeats <= 2
     assert set(p.probe_s or {}) == {"decode_small", "decode_large", "prompt"}
+    assert p.allocator == steady_allocator()  # the settings the measurement ran under
     env = json.loads((calibrated / "env.json").read_text())
     assert env["command"][:2] == ["loopserve", "calibrate"] and env["num_threads"] == 1
     with (calibrated / "steps.csv").open() as f:

@@ -91,6 +91,7 @@ def test_fidelity_json_has_the_design_shape(result: Path) -> None:
         "decode_small", "decode_large", "prompt"}
     assert all(v > 0 for v in machine["probe_s_before"].values())
     assert machine["slowdown_vs_calibration"] is None  # the hand-written profile has no probes
+    assert doc["allocator"]["calibration"] is None
 
 
 def test_closed_workload_gives_identical_batch_sequences(result: Path) -> None:

@@ -133,7 +133,7 @@ def _gap_runs(model: object, shape_cfg: EngineConfig, device: torch.device, dtyp
 def calibrate(
     *, target: str, model: str, repeats: int, max_seconds: float, quick: bool = False,
     threads: int = 1, block_size: int = 16, backend: str = "torch", seed: int = 0,
-    progress: bool = True, command: list[str] | None = None,
+    progress: bool = True, command: list[str] | None = None, allocator: str | None = None,
 ) -> CalibrationResult:
     """Measure and fit. Raises ValueError("model: ...") for an unknown model. The CPU thread
     count is set for the measurement and restored afterwards."""
@@ -141,7 +141,7 @@ def calibrate(
     try:
         return _calibrate(target=target, model=model, repeats=repeats, max_seconds=max_seconds,
                           quick=quick, threads=threads, block_size=block_size, backend=backend,
-                          seed=seed, progress=progress, command=command)
+                          seed=seed, progress=progress, command=command, allocator=allocator)
     finally:
         torch.set_num_threads(before)
 
@@ -149,6 +149,7 @@ def calibrate(
 def _calibrate(
     *, target: str, model: str, repeats: int, max_seconds: float, quick: bool, threads: int,
     block_size: int, backend: str, seed: int, progress: bool, command: list[str] | None,
+    allocator: str | None,
 ) -> CalibrationResult:
     device = torch.device(target)
     if device.type == "cpu":
@@ -190,7 +191,7 @@ def _calibrate(
         repeats=min(len(m.times_s) for m in measured), seconds=round(elapsed, 1),
         contended_fraction=round(contended / max(1, timed), 4),
         probe_s={k: 0.5 * (probe_before[k] + probe_after[k]) for k in probe_before},
-        command=command,
+        command=command, allocator=allocator,
     )
     profile = Profile(
         format=PROFILE_FORMAT, hardware=hardware_name(device), model=model_label(model),

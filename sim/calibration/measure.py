@@ -4,9 +4,11 @@
 ``EngineCore``'s BlockManager (synthetic requests whose KV history is marked written, decode
 and prompt hidden states present in the runner's pools), so ``runner.execute(batch)`` runs
 exactly as in serving and can be repeated. Only ``execute`` is timed: CUDA events around it
-then a synchronize on CUDA, ``perf_counter`` on CPU. Shapes are measured in rounds (a warm-up
-round, then one round per repeat, each in a fresh seeded order) so a burst of machine noise
+then a synchronize on CUDA, ``perf_counter`` on CPU (samples the OS interrupted are dropped).
+Shapes are measured in rounds, each in a fresh seeded order, so a burst of machine noise
 spreads over many shapes instead of all repeats of one; the median per shape is kept.
+``probe_shapes`` are fixed reference steps whose times, stored in the profile, show later how
+far the machine has drifted since calibration.
 """
 
 from __future__ import annotations

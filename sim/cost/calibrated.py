@@ -71,6 +71,7 @@ class Provenance(BaseModel):
     repeats: int | None = None
     contended_fraction: float | None = None
     probe_s: dict[str, float] | None = None  # reference steps (sim.calibration.measure)
+    allocator: str | None = None  # host allocator settings (sim.calibration.allocator)
     seconds: float | None = None
     command: list[str] | None = None
 
