@@ -106,7 +106,8 @@ def git_commit() -> str:
 
 
 def _gap_runs(model: object, shape_cfg: EngineConfig, device: torch.device, dtype: torch.dtype,
-              *, quick: bool, backend: str, seed: int) -> tuple[list[Sample], list[Sample]]:
+              *, quick: bool, backend: str, seed: int,
+              output_tokens: int) -> tuple[list[Sample], list[Sample]]:
     """Short closed runs of every arm: host-gap samples and in-situ execute samples."""
     decoders, chunk = (3, 16) if quick else (8, 64)
     gaps: list[Sample] = []
@@ -121,13 +122,24 @@ def _gap_runs(model: object, shape_cfg: EngineConfig, device: torch.device, dtyp
                               block_size=shape_cfg.cache.block_size),
         )
         source = gap_workload(cfg, decoders=decoders, prompt_tokens=chunk // 2,
-                              output_tokens=6 if quick else 48, long_prompt=3 * chunk, seed=seed)
+                              output_tokens=output_tokens, long_prompt=3 * chunk, seed=seed)
         runner = RecordingRunner(build_runner(model, cfg, device, dtype, seed,  # type: ignore[arg-type]
                                               backend))
         records = run_realtime(cfg, source, runner, record_batches=False)  # type: ignore[arg-type]
         gaps += gap_samples(records, runner.batches, arm)
         in_situ += execute_samples(runner.batches, runner.execute_s, arm)
     return gaps, in_situ
+
+
+def _gap_tokens(samples: list[Sample], cfg: EngineConfig, quick: bool, left_s: float) -> int:
+    """Output tokens per request of the host-gap runs: 48, fewer when the rest of the time
+    budget would not hold three runs (a token costs about D + 2 decode-sized steps)."""
+    if quick:
+        return 6
+    decode = sorted(s.seconds for s in samples if s.kind == "decode")
+    step_s = decode[len(decode) // 2] if decode else 0.01
+    per_token = (cfg.model.num_depths + 2) * step_s
+    return int(min(48, max(8, left_s / 3 / per_token)))
 
 
 def calibrate(
@@ -170,7 +182,9 @@ def _calibrate(
     del rig, runner
     samples = [Sample(m.shape.kind, batch_features(m.batch), m.median_s, m.shape.held_out,
                       m.shape.label) for m in measured]
-    gaps, in_situ = _gap_runs(net, cfg, device, dtype, quick=quick, backend=backend, seed=seed)
+    gaps, in_situ = _gap_runs(net, cfg, device, dtype, quick=quick, backend=backend, seed=seed,
+                              output_tokens=_gap_tokens(samples, cfg, quick, max_seconds
+                                                        - (time.perf_counter() - started)))
     stages = fit_profile_stages(samples, KINDS)
     gap = fit_stage("step_gap", trim_outliers(gaps), relative=False) if gaps else None
     mape, worst = pooled_held_out(stages)

@@ -32,9 +32,18 @@ from engine.runner import ModelRunner
 from sim.calibration.shapes import Shape
 
 _STAGES = {"prelude": Stage.PRELUDE, "coda": Stage.CODA, "prefill": Stage.PREFILL}
-# PRELUDE and CODA steps follow unlike steps in serving (CODA after the last depth, PRELUDE
-# after CODA), so they are timed cold; every core-call kind is timed after an untimed run.
-_COLD_KINDS = ("prelude", "coda")
+
+
+def _predecessor(shape: Shape) -> Shape | None:
+    """The untimed step run before a timed one, as in serving: a core call is preceded by a
+    like core call (itself), CODA by the last depth of its rows' decode, PRELUDE by CODA."""
+    from sim.calibration.shapes import DecodeRow
+
+    if shape.kind == "coda":
+        return Shape("decode", decode=tuple(DecodeRow(256, 3) for _ in range(shape.rows)))
+    if shape.kind == "prelude":
+        return Shape("coda", rows=shape.rows)
+    return None
 
 
 class StepTimer:
@@ -82,7 +91,8 @@ def config_for(model_shape: object, shapes: list[Shape], block_size: int = 16) -
     assert isinstance(model_shape, ModelShape)
     D = model_shape.num_depths
     need_blocks, seqs, chunk = 1, 1, 1
-    for s in shapes:
+    everything = [*shapes, *(p for s in shapes if (p := _predecessor(s)) is not None)]
+    for s in everything:
         per_plane = sum(_blocks(r.context, block_size) for r in s.decode)
         per_plane += sum(_blocks(p.prefix + p.chunk, block_size) for p in s.prompts)
         per_plane += s.rows * _blocks(1, block_size)
@@ -213,7 +223,8 @@ def measure_shapes(
     Each visit builds the batch (not timed), executes it once untimed and then times a second
     execution: in serving, consecutive core calls are alike, so weights and the batch's own
     KV are warm (timing the first execution after an unrelated shape reads about 5% slow
-    against the real loop). PRELUDE and CODA are timed on their first execution. Requests are freed right after, so the rig's KV only needs to hold the
+    against the real loop). CODA is timed after its rows' last-depth decode, PRELUDE after
+    their CODA, as in serving. Requests are freed right after, so the rig's KV only needs to hold the
     largest shape. Each round visits the shapes still short of clean samples in a new seeded
     order, so a burst of machine noise spreads over many shapes. Rounds stop at
     ``2 x repeats`` or when ``max_seconds`` would be exceeded (one round always completes);
@@ -237,9 +248,14 @@ def measure_shapes(
             rng.shuffle(todo)
             t_round = time.perf_counter()
             for i in todo:
+                before = _predecessor(shapes[i])
+                if before is not None:
+                    prev, prev_live = rig.build(before)
+                    rig.runner.execute(prev)
+                    rig.release(prev_live)
                 batch, live = rig.build(shapes[i])
                 try:
-                    if shapes[i].kind not in _COLD_KINDS:
+                    if before is None:
                         rig.runner.execute(batch)
                     dt, clean = timer(lambda b=batch: rig.runner.execute(b))
                 finally:
