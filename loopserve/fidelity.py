@@ -64,6 +64,16 @@ def check_profile(path: str, scn: Scenario, target: str) -> Profile:
     if (target == "cpu") != (prof.hardware == "cpu"):
         raise UserError("--profile", f"{path} was measured on {prof.hardware!r}, not on the "
                         f"--target {target} device; {fix}")
+    if target == "cuda":
+        import torch
+
+        if torch.cuda.is_available():
+            from sim.calibration.job import hardware_name
+
+            here = hardware_name(torch.device("cuda"))
+            if here != prof.hardware:
+                raise UserError("--profile", f"{path} was measured on {prof.hardware!r} but "
+                                f"this GPU is {here!r}; {fix}")
     return prof
 
 

@@ -184,6 +184,24 @@ def _arms(plan: Plan, sim: list[WorldRun], real: list[WorldRun]) -> dict[str, An
     return out
 
 
+def _repeat_spread(plan: Plan, real: list[WorldRun]) -> dict[str, Any] | None:
+    """Per arm and metric, (max - min) / median of the measured repeats at the reference
+    point: the run-to-run noise the sim error should be read against (None with 1 repeat)."""
+    if plan.scenario.repeats < 2:
+        return None
+    ref = plan.reference_point_id
+    out: dict[str, Any] = {}
+    for arm in plan.scenario.arms:
+        row: dict[str, float | None] = {}
+        for name, (key, sub) in METRICS.items():
+            vals = [v for r in real if r.spec.arm == arm and r.spec.point_id == ref
+                    if (v := _metric(r.metrics, key, sub)) is not None]
+            mid = float(np.median(vals)) if vals else 0.0
+            row[name] = (max(vals) - min(vals)) / mid if len(vals) > 1 and mid else None
+        out[arm] = row
+    return out
+
+
 def describe_batch(sig: Any) -> str:
     """One line for a batch signature: stage and (request, kind, position, rows, depth)."""
     stage, items = sig
@@ -262,6 +280,7 @@ def compare(plan: Plan, sim: list[WorldRun], world: RealWorld, cost: CalibratedC
         "step_mape": total["mape"],
         "step_max_error": total["max_error"],
         "arms": _arms(plan, sim, real),
+        "measured_repeat_spread": _repeat_spread(plan, real),
         "same_batches": all(
             [batch_signature(b) for b in s.batches] == [batch_signature(b) for b in r.batches]
             for s, r in zip(sim, real, strict=True)),

@@ -113,11 +113,15 @@ def _num(x: float | None) -> str:
 
 
 def _arms_table(result: dict[str, Any]) -> str:
-    rows = ["<tr><th>arm</th><th>metric</th><th>sim</th><th>measured</th><th>error</th></tr>"]
+    spread = result.get("measured_repeat_spread") or {}
+    rows = ["<tr><th>arm</th><th>metric</th><th>sim</th><th>measured</th><th>error</th>"
+            "<th>measured spread over repeats</th></tr>"]
     for arm, metrics in result["arms"].items():
         for name, v in metrics.items():
+            sp = spread.get(arm, {}).get(name)
             rows.append(f"<tr><td>{html.escape(arm)}</td><td>{name}</td><td>{_num(v['sim'])}"
-                        f"</td><td>{_num(v['measured'])}</td><td>{_pct(v['rel_error'])}</td></tr>")
+                        f"</td><td>{_num(v['measured'])}</td><td>{_pct(v['rel_error'])}</td>"
+                        f"<td>{'-' if sp is None else f'{100 * sp:.1f}%'}</td></tr>")
     return "<table>" + "".join(rows) + "</table>"
 
 

@@ -120,3 +120,15 @@ def test_out_folder_that_is_not_empty_is_rejected(
 def test_cuda_without_a_gpu_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["calibrate", "--target", "cuda", "--model", "tiny", "--quick"]) == 2
     assert "--target" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("name, short", [
+    ("NVIDIA H200", "h200"), ("NVIDIA H100 80GB HBM3", "h100"),
+    ("NVIDIA A100-SXM4-80GB", "a100"), ("NVIDIA GeForce RTX 4090", "rtx4090"),
+])
+def test_gpu_short_names(monkeypatch: pytest.MonkeyPatch, name: str, short: str) -> None:
+    from sim.calibration.job import hardware_name
+
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda device=None: name)
+    assert hardware_name(torch.device("cuda")) == short
+    assert hardware_name(torch.device("cpu")) == "cpu"

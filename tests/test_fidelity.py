@@ -92,6 +92,7 @@ def test_fidelity_json_has_the_design_shape(result: Path) -> None:
     assert all(v > 0 for v in machine["probe_s_before"].values())
     assert machine["slowdown_vs_calibration"] is None  # the hand-written profile has no probes
     assert doc["allocator"]["calibration"] is None
+    assert doc["measured_repeat_spread"] is None  # one repeat: no run-to-run spread
 
 
 def test_closed_workload_gives_identical_batch_sequences(result: Path) -> None:
@@ -178,3 +179,16 @@ def test_bad_target_and_missing_profile(files: tuple[Path, Path], tmp_path: Path
     assert main(["fidelity", str(scn), "--profile", str(tmp_path / "none.json"),
                  "--target", "cpu"]) == 2
     assert "cannot read" in capsys.readouterr().err
+
+
+def test_repeats_give_a_measured_spread(files: tuple[Path, Path], tmp_path: Path) -> None:
+    scn, prof = files
+    out = tmp_path / "rep"
+    assert main(["fidelity", str(scn), "--profile", str(prof), "--target", "cpu", "--out",
+                 str(out), "--no-progress", "--set", "repeats=2", "--set", "arms=[mixed]",
+                 "--set", "workload.decode_output_tokens=6"]) == 0
+    doc = json.loads((out / "fidelity.json").read_text())
+    spread = doc["measured_repeat_spread"]["mixed"]
+    assert set(spread) == set(METRICS)
+    assert all(v is not None and v >= 0 for v in spread.values())
+    assert [r["repeat"] for r in doc["batches"]["runs"]] == [0, 1]
