@@ -26,7 +26,7 @@ if TYPE_CHECKING:
     from sim.calibration.job import CalibrationResult
 
 PROFILES_ROOT = Path("results") / "profiles"
-DEFAULT_MAX_SECONDS = 75.0
+DEFAULT_MAX_SECONDS = 60.0
 DEFAULT_REPEATS = 5
 
 
@@ -70,7 +70,7 @@ def main(args: argparse.Namespace, argv: list[str]) -> int:
     started = time.time()
     if args.target not in ("cpu", "cuda"):
         raise UserError("--target", f"unknown target {args.target!r}; use cpu or cuda")
-    max_s = _number("--max-seconds", args.max_seconds, float, 1.0, "e.g. --max-seconds 75")
+    max_s = _number("--max-seconds", args.max_seconds, float, 1.0, "e.g. --max-seconds 60")
     repeats = _number("--repeats", args.repeats, int, 1, "e.g. --repeats 5")
     threads = _number("--threads", args.threads, int, 1, "e.g. --threads 1")
     block = _number("--block-size", args.block_size, int, 1, "e.g. --block-size 16")
