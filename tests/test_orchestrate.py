@@ -125,3 +125,17 @@ def test_unknown_target_is_a_user_error(tmp_path: Path) -> None:
     with pytest.raises(UserError) as err:
         plan_runs(scn, "gpu")
     assert err.value.field == "--target"
+
+
+def test_cost_auto_picks_the_checked_in_profile_or_the_roofline() -> None:
+    from sim.cost.calibrated import CalibratedCost
+    from sim.cost.roofline import RooflineCost
+
+    repo = Path(__file__).resolve().parents[1]
+    cpu = load_scenario(repo / "scenarios" / "interference-cpu.yaml", [])
+    assert cpu.cost.kind == "auto"
+    assert (repo / "results" / "profiles" / "cpu-small.json").is_file()
+    assert all(isinstance(c, CalibratedCost) for c in plan_runs(cpu, "sim").costs.values())
+    h200 = load_scenario(repo / "scenarios" / "interference.yaml", [])
+    assert not (repo / "results" / "profiles" / "h200-ouro-1.4b.json").exists()
+    assert all(isinstance(c, RooflineCost) for c in plan_runs(h200, "sim").costs.values())

@@ -55,9 +55,11 @@ SchedulerOverride: type[StrictModel] = create_model(
 
 
 class CostSpec(StrictModel):
-    """The simulator's cost model: roofline (default), constant per core call, or calibrated."""
+    """The simulator's cost model: roofline (default), constant per core call, calibrated, or
+    auto (the checked-in calibrated profile for the scenario's hardware and model when one
+    exists under results/profiles/, else roofline)."""
 
-    kind: Literal["roofline", "constant", "calibrated"] = "roofline"
+    kind: Literal["roofline", "constant", "calibrated", "auto"] = "roofline"
     core_call_s: float | None = Field(default=None, gt=0)
     profile: str | None = None
 
