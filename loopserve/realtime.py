@@ -43,6 +43,13 @@ class RealTarget:
         r = scn.runner
         self.dtype = getattr(torch, _DTYPES[r.dtype]) if r.dtype else default_dtype(target)
         self.attention_backend = r.attention_backend
+        if target == "cpu":
+            from sim.calibration.allocator import steady_allocator
+
+            # Same allocator as `loopserve calibrate`, so measured steps match the profile.
+            steady_allocator()
+            if r.num_threads is not None:
+                torch.set_num_threads(r.num_threads)
         try:
             self.model = build_model(scn.model, seed=scn.seed, device=target, dtype=self.dtype)
         except (ValueError, OSError, KeyError) as err:

@@ -206,3 +206,11 @@ def test_shipped_scenarios_plan_cleanly(path: Path) -> None:
         cfg = next(r.cfg for r in plan.runs if r.arm == "mixed")
         s = cfg.scheduler
         assert s.effective_chunk_size + s.max_num_seqs - 1 <= s.max_num_batched_tokens
+
+
+def test_runner_num_threads_is_validated() -> None:
+    repo = Path(__file__).resolve().parents[1]
+    scn = load_scenario(repo / "scenarios" / "interference-cpu.yaml", [])
+    assert scn.runner.num_threads == 1
+    with pytest.raises(UserError, match="num_threads"):
+        load_scenario(repo / "scenarios" / "interference-cpu.yaml", ["runner.num_threads=0"])

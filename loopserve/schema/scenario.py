@@ -137,6 +137,9 @@ class RunnerSpec(StrictModel):
     attention_backend: str = "torch"
     dtype: Literal["float32", "bfloat16", "float16"] | None = None  # None: fp32 cpu, bf16 cuda
     warmup: bool = True  # one untimed run of the first arm first (allocator, kernels, caches)
+    # torch intra-op threads on CPU (None: torch's default); calibrated CPU profiles record
+    # theirs (1 by default), and a run measured with another count does not match them.
+    num_threads: int | None = Field(default=None, ge=1)
 
 
 class Scenario(StrictModel):
