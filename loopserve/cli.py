@@ -70,6 +70,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def cmd_run(args: argparse.Namespace, *, require_sweep: bool, argv: list[str]) -> int:
     from loopserve.orchestrate import execute, plan_runs
+    from loopserve.outputs import run_destination
     from loopserve.schema import load_scenario
 
     started = time.time()
@@ -78,24 +79,12 @@ def cmd_run(args: argparse.Namespace, *, require_sweep: bool, argv: list[str]) -
         raise UserError("sweep", "missing; `loopserve sweep` needs a sweep or variants section "
                         "(or use `loopserve run`)")
     plan = plan_runs(scn, args.target)
-    dest = _destination(args.out, scn.name, args.target)
+    dest = run_destination(args.out, RESULTS_ROOT / scn.name, args.target)
     results = execute(plan, progress=not args.no_progress)
     report = write_run(dest, plan, results, argv=argv, started_s=started)
     print(medians_table(dest, plan.reference_point_id, len(plan.points)))
     print(f"report: {report}")
     return EXIT_OK
-
-
-def _destination(out: str | None, name: str, target: str) -> Path:
-    from loopserve.outputs import new_run_id
-
-    if out is not None:
-        dest = Path(out)
-        if dest.exists() and (not dest.is_dir() or any(dest.iterdir())):
-            raise UserError("--out", f"{dest} exists and is not an empty folder; pick a new one")
-        return dest
-    parent = RESULTS_ROOT / name
-    return parent / new_run_id(target, parent)
 
 
 def write_run(dest: Path, plan: Plan, runs: Sequence[RunResult], *, argv: list[str],

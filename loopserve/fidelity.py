@@ -83,6 +83,7 @@ def main(args: argparse.Namespace, argv: list[str]) -> int:
     from loopserve.fidelity_data import compare, run_real, run_sim
     from loopserve.fidelity_report import write_report
     from loopserve.orchestrate import plan_runs
+    from loopserve.outputs import run_destination
     from loopserve.schema import load_scenario
 
     started = time.time()
@@ -98,7 +99,7 @@ def main(args: argparse.Namespace, argv: list[str]) -> int:
     from sim.calibration.allocator import steady_allocator
 
     allocator = steady_allocator()  # as at calibration (see sim.calibration.allocator)
-    dest = _destination(args.out, scn.name, args.target)
+    dest = run_destination(args.out, Path("results") / scn.name, f"fidelity-{args.target}")
     progress = not args.no_progress
     # The measured world first, in a process not yet holding the simulator's records.
     real_world = run_real(real_plan, prof, progress=progress)
@@ -121,18 +122,6 @@ def main(args: argparse.Namespace, argv: list[str]) -> int:
     print(_table(result))
     print(f"report: {dest / 'report.html'}")
     return 0
-
-
-def _destination(out: str | None, name: str, target: str) -> Path:
-    from loopserve.outputs import new_run_id
-
-    if out is not None:
-        dest = Path(out)
-        if dest.exists() and (not dest.is_dir() or any(dest.iterdir())):
-            raise UserError("--out", f"{dest} exists and is not an empty folder; pick a new one")
-        return dest
-    parent = Path("results") / name
-    return parent / new_run_id(f"fidelity-{target}", parent)
 
 
 def _write_steps(path: Path, sim_runs: list[WorldRun], real_runs: list[WorldRun],

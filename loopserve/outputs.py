@@ -47,6 +47,19 @@ def new_run_id(target: str, parent: Path) -> str:
     return run_id
 
 
+def run_destination(out: str | None, parent: Path, label: str) -> Path:
+    """The run folder: ``--out`` when given (it must not exist or be an empty folder), else a
+    new ``parent/<run-id>`` labelled ``label``."""
+    from loopserve.errors import UserError
+
+    if out is not None:
+        dest = Path(out)
+        if dest.exists() and (not dest.is_dir() or any(dest.iterdir())):
+            raise UserError("--out", f"{dest} exists and is not an empty folder; pick a new one")
+        return dest
+    return parent / new_run_id(label, parent)
+
+
 @contextmanager
 def staged_dir(dest: Path) -> Iterator[Path]:
     """Yield a temp folder beside ``dest``; rename it to ``dest`` on success, delete it (and

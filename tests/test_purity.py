@@ -1,4 +1,5 @@
-"""engine.core must stay free of torch, simpy and the clock (DESIGN.md §1)."""
+"""engine.core stays free of torch, simpy and the clock; the simulator side of the project
+imports no torch (DESIGN.md §1)."""
 
 import subprocess
 import sys
@@ -12,6 +13,16 @@ def test_engine_core_imports_no_torch_or_simpy() -> None:
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == ""
+
+
+def test_sim_and_its_users_import_no_torch() -> None:
+    code = (
+        "import sys, sim, sim.driver, sim.cost, sim.exit_model, sim.validity, "
+        "loopserve.workloads, loopserve.metrics; "
+        "print('torch' in sys.modules)"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"
 
 
 def test_engine_core_never_reads_a_clock() -> None:
