@@ -65,7 +65,8 @@ def test_batch_failure_finishes_affected_requests_only() -> None:
     assert b is not None and b.is_mixed
     assert sorted(core.fail(b, "boom")) == ["d", "p"]
     _assert_all_returned(core)
-    assert {r.finish_reason for r in core.pop_finished()} == {"error"}
+    done = core.pop_finished()
+    assert {r.finish_reason for r in done} == {"error"} and {r.error for r in done} == {"boom"}
     assert not core.has_work()
 
 

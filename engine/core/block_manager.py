@@ -52,7 +52,7 @@ class BlockManager:
     # ---- capacity -------------------------------------------------------------------------
     def blocks_for(self, num_tokens: int) -> int:
         """Blocks over all planes for ``num_tokens`` positions."""
-        return math.ceil(num_tokens / self.block_size) * self.num_planes
+        return self.cache.required_blocks(num_tokens, self.num_depths)
 
     @property
     def num_free_blocks(self) -> int:

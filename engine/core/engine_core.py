@@ -232,7 +232,8 @@ class EngineCore:
         for item in batch.items:
             req = self.requests.get(item.request_id)
             if req is not None and req.generation == item.generation:
-                self._finish(req, "error", detail=error)
+                req.error = error
+                self._finish(req, "error")
                 failed.append(req.request_id)
         return failed
 
@@ -317,7 +318,7 @@ class EngineCore:
             return "length"
         return None
 
-    def _finish(self, req: Request, reason: str, detail: str | None = None) -> None:
+    def _finish(self, req: Request, reason: str) -> None:
         if req.stage is Stage.WAITING:
             self.waiting.remove(req)
         else:

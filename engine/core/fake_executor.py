@@ -69,8 +69,3 @@ class FakeExecutor:
                 tuple(self.signal_fn(it.request_id, it.position, it.depth) for it in decode),
             )
         return StepResult(batch.step_id)
-
-    def release(self, hk_handles: tuple[int, ...]) -> None:
-        for h in hk_handles:
-            self.live_handles.discard(h)
-            self.released_handles.add(h)

@@ -30,9 +30,6 @@ class PromptStatePool:
         if self._live.pop(handle.handle_id, None) is not None:
             self._released.append(handle)
 
-    def is_live(self, handle: PromptStateHandle) -> bool:
-        return handle.handle_id in self._live
-
     @property
     def num_in_use(self) -> int:
         return len(self._live)

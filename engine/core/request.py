@@ -102,6 +102,7 @@ class Request:
     first_token_s: float | None = None
     finish_s: float | None = None
     finish_reason: str | None = None
+    error: str | None = None  # why a failed batch finished it (finish_reason "error")
     admitted_s: float | None = None
 
     @property
@@ -116,7 +117,3 @@ class Request:
     def lifetime_tokens(self) -> int:
         """Positions this request can ever write: prompt + all but the last output token."""
         return self.num_prompt_tokens + self.params.max_tokens - 1
-
-    @property
-    def is_finished(self) -> bool:
-        return self.stage is Stage.FINISHED
