@@ -175,4 +175,7 @@ def test_executors_satisfy_the_protocol() -> None:
         assert core.requests["a"].prompt_item is not None  # depth advanced
         assert core.requests["a"].prompt_item.depth == 1
 
+    from sim.executor import SimExecutor
+
     run_one(FakeExecutor())
+    run_one(SimExecutor(seed=0))
