@@ -3,7 +3,11 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: setup test sim bench lint clean gpu-check gpu-wheels
+NATIVE := build/native/manifest.json
+NATIVE_SOURCES := $(wildcard engine/core/*.py) sim/executor.py sim/cost/base.py \
+	sim/cost/roofline.py tools/build_native.py
+
+.PHONY: setup native test sim bench lint clean gpu-check gpu-wheels
 
 $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PY) -m venv $(VENV) || python3 -m venv $(VENV)
@@ -14,17 +18,28 @@ $(STAMP): pyproject.toml
 
 setup: $(STAMP)
 
+# engine/core and the simulator's step code compiled with mypyc (tools/build_native.py);
+# stale or absent, the Python sources run instead.
+$(NATIVE): $(STAMP) $(NATIVE_SOURCES)
+	$(BIN)/python -m tools.build_native
+
+native: $(NATIVE)
+
 lint: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/mypy engine/core
 
-test: lint
-	$(BIN)/python -m pytest
+# The whole suite on the compiled build, then the core and simulator tests again on the
+# Python sources (what the GPU image, a different Python, runs).
+test: lint native
+	LOOPSERVE_EXPECT_NATIVE=1 $(BIN)/python -m pytest
+	LOOPSERVE_NATIVE=0 $(BIN)/python -m pytest tests/test_core_*.py tests/test_sim_*.py \
+		tests/test_conformance.py
 
-sim: $(STAMP)
+sim: native
 	$(BIN)/loopserve run scenarios/interference.yaml --target sim
 
-bench: $(STAMP)
+bench: native
 	$(BIN)/python -m tools.bench
 
 # On the GPU machine: the image's python3, no venv, no network (docs/gpu.md).
@@ -37,4 +52,4 @@ gpu-wheels: $(STAMP)
 	$(BIN)/python -m tools.gpu_wheels
 
 clean:
-	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) build .pytest_cache .mypy_cache .ruff_cache

@@ -17,9 +17,10 @@ from dataclasses import dataclass
 import torch
 
 from engine.core.batch import Batch, Housekeeping, ItemKind, ScheduledItem
-from engine.core.block_manager import BlockManager, KVIntegrityError
+from engine.core.block_manager import BlockManager
 from engine.core.config import EngineConfig, ExitConfig
 from engine.core.engine_core import EngineCore
+from engine.core.errors import KVIntegrityError
 from engine.core.request import SamplingParams, Stage
 from engine.core.results import CodaResult, RecurrentResult, StepResult
 from engine.kv_cache import KVCache

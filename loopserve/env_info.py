@@ -46,6 +46,13 @@ def git_commit() -> dict[str, Any]:
     return {"commit": commit, "dirty": bool(status) if status is not None else None}
 
 
+def native_build() -> dict[str, Any]:
+    """Whether engine.core and the simulator's step code ran from the mypyc build."""
+    from engine.core import _native
+
+    return {"active": _native.active(), "reason": _native.reason() or "mypyc build in use"}
+
+
 def device_info(target: str, hardware: str) -> dict[str, Any]:
     """The simulated hardware preset, or the CPU / GPU the real engine ran on."""
     info: dict[str, Any] = {"target": target}
@@ -77,5 +84,6 @@ def collect(
         "versions": package_versions(),
         "device": device_info(target, hardware),
         "git": git_commit(),
+        "native": native_build(),
         "runs_wall_s": run_wall_s,
     }

@@ -1,7 +1,12 @@
 """The SimPy simulator: driver, executor, cost models, exit signals and run validity.
 
-Importing ``sim`` never imports torch.
+Importing ``sim`` never imports torch. The per-step modules (executor, roofline cost) load
+from the mypyc build when it is fresh (``engine.core._native``).
 """
+
+from engine.core import _native
+
+_native.activate(__name__, __path__)
 
 from sim.cost import CostModel, make_cost_model
 from sim.driver import SimulationDeadlock, simulate

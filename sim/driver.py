@@ -26,10 +26,9 @@ from engine.core.arrivals import ArrivalFeeder
 from engine.core.config import EngineConfig
 from engine.core.engine_core import EngineCore
 from engine.core.fake_executor import SignalFn
-from engine.core.records import ArrivalSource, RunRecords
+from engine.core.records import ArrivalSource, RunRecorder, RunRecords
 from sim.cost.base import CostModel
 from sim.executor import SimExecutor
-from sim.recorder import SimRecorder
 
 
 class SimulationDeadlock(RuntimeError):
@@ -45,12 +44,12 @@ class _SimRun:
         executor: SimExecutor,
         record_batches: bool,
     ) -> None:
-        self.env = simpy.Environment()
+        self.env = simpy.Environment(initial_time=0.0)  # float times from the first row on
         self.core = EngineCore(cfg)
         self.source = source
         self.cost = cost
         self.executor = executor
-        self.recorder = SimRecorder(cfg.model.num_depths, record_batches)
+        self.recorder = RunRecorder(cfg.model.num_depths, record_batches)
         self.feeder = ArrivalFeeder(self.core, source, self.recorder)
         self.idle: simpy.Event | None = None
 

@@ -1,16 +1,16 @@
 """The simulator's fast paths give exactly what the reference code gives, on every batch of
-every arm: SimRecorder vs StepRecord.from_batch, RooflineCost.step_time vs its breakdown."""
+every arm: RunRecorder.step vs StepRecord.from_batch, RooflineCost.step_time vs its breakdown."""
 
 from __future__ import annotations
 
 import pytest
 
 from engine.core import EngineCore, ExitConfig, SamplingParams
+from engine.core.records import RunRecorder
 from engine.core.results import StepRecord
 from sim.cost import make_cost_model
 from sim.executor import SimExecutor
 from sim.exit_model import make_signal_fn
-from sim.recorder import SimRecorder
 from sim.shapes import TINY
 from tests.helpers import drive, make_config
 
@@ -32,7 +32,7 @@ def test_fast_paths_match_the_reference(arm: str, shortcut: bool) -> None:
     assert {"atomic": "prefill", "per_depth": "prompt", "mixed": "mixed"}[arm] in stages
     assert ("prefill" in stages) == (arm == "atomic" or shortcut)
     assert any(b.housekeeping.finalize for b in batches)
-    rec = SimRecorder(TINY.num_depths)
+    rec = RunRecorder(TINY.num_depths)
     for b in batches:
         rec.step(b, 1.0, 2.0, [])
     assert rec.records.steps == [StepRecord.from_batch(b, 1.0, 2.0) for b in batches]

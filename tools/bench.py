@@ -27,6 +27,7 @@ import numpy as np
 import simpy
 
 from engine.core import CacheConfig, EngineConfig, SchedulerConfig
+from loopserve.env_info import native_build
 from loopserve.workloads import build_source
 from sim import make_cost_model, simulate
 from sim.shapes import MODEL_SHAPES
@@ -118,6 +119,7 @@ def environment() -> dict[str, Any]:
         "machine": platform.machine(),
         "processor": platform.processor(),
         "cpu_count": os.cpu_count(),
+        "native": native_build(),
         "git_commit": _git("rev-parse", "HEAD"),
         "git_dirty": bool(_git("status", "--porcelain", "--untracked-files=no")),
         "command": " ".join([sys.executable, "-m", "tools.bench", *sys.argv[1:]]),
@@ -138,8 +140,10 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("--num-requests, --repeats and --max-num-seqs must be >= 1")
     scheduler = {**SCHEDULER, "max_num_seqs": args.max_num_seqs}
 
+    native = native_build()
     print(f"simulating {args.num_requests} poisson requests on {MODEL}/h200 roofline, "
           f"median of {args.repeats} runs per arm (target {TARGET_CORE_CALLS_S:,} core calls/s)")
+    print(f"native build: {native['reason']}")
     print(f"{'arm':<10} {'core calls':>10} {'steps':>8} {'items/call':>10} {'wall s':>7} "
           f"{'calls/s':>9} {'steps/s':>9} {'simpy loop/s':>12} {'ratio':>6}")
     arms = []
@@ -154,7 +158,8 @@ def main(argv: list[str] | None = None) -> int:
         "model": MODEL, "hardware": "h200", "cost": "roofline",
         "workload": {**WORKLOAD, "num_requests": args.num_requests},
         "scheduler": scheduler, "num_blocks": NUM_BLOCKS, "seed": args.seed,
-        "repeats": args.repeats, "target_core_calls_s": TARGET_CORE_CALLS_S, "arms": arms,
+        "repeats": args.repeats, "target_core_calls_s": TARGET_CORE_CALLS_S,
+        "native": native["active"], "arms": arms,
         "min_median_core_calls_s": min(a["median_core_calls_s"] for a in arms),
     }
     stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")

@@ -1,7 +1,14 @@
-"""The pure scheduling core: no torch, no simpy, no clock (``now`` is passed in)."""
+"""The pure scheduling core: no torch, no simpy, no clock (``now`` is passed in).
+
+Compiled with mypyc when ``make native`` has built it (``engine.core._native``)."""
+
+from engine.core import _native
+
+_native.activate(__name__, __path__)
+
 
 from engine.core.batch import Batch, FinalizeOp, Housekeeping, ItemKind, ScheduledItem
-from engine.core.block_manager import BlockManager, KVIntegrityError
+from engine.core.block_manager import BlockManager
 from engine.core.config import (
     CacheConfig,
     EngineConfig,
@@ -10,7 +17,8 @@ from engine.core.config import (
     SchedulerConfig,
     resolve_arm,
 )
-from engine.core.engine_core import EngineCore, StaleResultError
+from engine.core.engine_core import EngineCore
+from engine.core.errors import KVIntegrityError, StaleResultError
 from engine.core.executor import Executor
 from engine.core.exits import ExitDecider, make_decider, stable_seed
 from engine.core.policies import AtomicPolicy, MixedPolicy, PerDepthPolicy, Policy

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from engine.core.request import PromptItem, PromptStateHandle, SamplingParams, Stage
 
@@ -14,7 +14,7 @@ class ItemKind(enum.Enum):
     PROMPT = "PROMPT"
 
 
-@dataclass(slots=True, eq=False)
+@dataclass(slots=True, eq=False, init=False)
 class ScheduledItem:
     """One request's work in a batch, snapshotted when scheduled; read-only by contract
     (not frozen, because frozen dataclasses cost 4x to build on the hot path).
@@ -45,20 +45,69 @@ class ScheduledItem:
     params: SamplingParams | None = None
     output_index: int = 0
 
+    # Written out (init=False) because the scheduler builds one per row per step: a
+    # dataclass-generated __init__ stays interpreted even when mypyc compiles the class.
+    def __init__(
+        self,
+        request_id: str,
+        generation: int,
+        kind: ItemKind,
+        position: int,
+        num_tokens: int,
+        depth: int = 0,
+        num_depths: int = 1,
+        needs_signal: bool = False,
+        fused_prelude: bool = False,
+        token_ids: tuple[int, ...] = (),
+        prompt_state: PromptStateHandle | None = None,
+        prompt_item: PromptItem | None = None,
+        is_last_chunk: bool = False,
+        signal_head: str = "gate",
+        params: SamplingParams | None = None,
+        output_index: int = 0,
+    ) -> None:
+        self.request_id = request_id
+        self.generation = generation
+        self.kind = kind
+        self.position = position
+        self.num_tokens = num_tokens
+        self.depth = depth
+        self.num_depths = num_depths
+        self.needs_signal = needs_signal
+        self.fused_prelude = fused_prelude
+        self.token_ids = token_ids
+        self.prompt_state = prompt_state
+        self.prompt_item = prompt_item
+        self.is_last_chunk = is_last_chunk
+        self.signal_head = signal_head
+        self.params = params
+        self.output_index = output_index
+
     @property
     def key(self) -> tuple[str, int]:
         return (self.request_id, self.generation)
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True, init=False)
 class FinalizeOp:
-    """Copy an exited decode token's K/V (all layers, one position) into deeper planes."""
+    """Copy an exited decode token's K/V (all layers, one position) into deeper planes.
+    Read-only by contract."""
 
     request_id: str
     generation: int
     position: int
     from_depth: int  # the last depth the token ran (zero-based)
     to_depths: tuple[int, ...]
+
+    def __init__(
+        self, request_id: str, generation: int, position: int, from_depth: int,
+        to_depths: tuple[int, ...],
+    ) -> None:
+        self.request_id = request_id
+        self.generation = generation
+        self.position = position
+        self.from_depth = from_depth
+        self.to_depths = to_depths
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,7 +122,10 @@ class Housekeeping:
         return bool(self.finalize or self.released_handles or self.released_requests)
 
 
-@dataclass(slots=True, eq=False)
+EMPTY_HOUSEKEEPING = Housekeeping()  # shared: most steps carry none
+
+
+@dataclass(slots=True, eq=False, init=False)
 class Batch:
     """A scheduled step. Rows: decode items first, then each prompt item's rows contiguously.
 
@@ -83,32 +135,49 @@ class Batch:
     step_id: int
     stage: Stage
     items: tuple[ScheduledItem, ...]
-    housekeeping: Housekeeping = field(default_factory=Housekeeping)
-    num_decode_items: int = field(init=False, default=0)
-    num_prompt_items: int = field(init=False, default=0)
-    num_prompt_tokens: int = field(init=False, default=0)
-    num_fused_prelude_items: int = field(init=False, default=0)
-    needs_signals: bool = field(init=False, default=False)
-    core_calls: int = field(init=False, default=0)
+    housekeeping: Housekeeping
+    num_decode_items: int
+    num_prompt_items: int
+    num_prompt_tokens: int
+    num_fused_prelude_items: int
+    needs_signals: bool
+    core_calls: int
     """Recurrent-core traversals this step costs (0 for PRELUDE and CODA)."""
 
-    def __post_init__(self) -> None:
-        if self.stage is Stage.PRELUDE or self.stage is Stage.CODA:
-            self.num_decode_items = len(self.items)  # one row each, no core call
-            return
-        runs_core = True
-        for it in self.items:
-            if it.kind is ItemKind.DECODE:
-                self.num_decode_items += 1
-            else:
-                self.num_prompt_items += 1
-                self.num_prompt_tokens += it.num_tokens
-            if it.fused_prelude:
-                self.num_fused_prelude_items += 1
-            if it.needs_signal:
-                self.needs_signals = True
-            if runs_core and it.num_depths > self.core_calls:
-                self.core_calls = it.num_depths
+    def __init__(
+        self,
+        step_id: int,
+        stage: Stage,
+        items: tuple[ScheduledItem, ...],
+        housekeeping: Housekeeping | None = None,
+    ) -> None:
+        self.step_id = step_id
+        self.stage = stage
+        self.items = items
+        self.housekeeping = EMPTY_HOUSEKEEPING if housekeeping is None else housekeeping
+        num_decode = num_prompt = num_prompt_tokens = num_fused = core_calls = 0
+        needs_signals = False
+        if stage is Stage.PRELUDE or stage is Stage.CODA:
+            num_decode = len(items)  # one row each, no core call
+        else:
+            for it in items:
+                if it.kind is ItemKind.DECODE:
+                    num_decode += 1
+                else:
+                    num_prompt += 1
+                    num_prompt_tokens += it.num_tokens
+                if it.fused_prelude:
+                    num_fused += 1
+                if it.needs_signal:
+                    needs_signals = True
+                if it.num_depths > core_calls:
+                    core_calls = it.num_depths
+        self.num_decode_items = num_decode
+        self.num_prompt_items = num_prompt
+        self.num_prompt_tokens = num_prompt_tokens
+        self.num_fused_prelude_items = num_fused
+        self.needs_signals = needs_signals
+        self.core_calls = core_calls
 
     @property
     def num_rows(self) -> int:

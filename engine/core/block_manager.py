@@ -14,12 +14,9 @@ from collections import deque
 from dataclasses import dataclass, field
 
 from engine.core.config import CacheConfig
+from engine.core.errors import KVIntegrityError
 
 Key = tuple[str, int]  # (request_id, generation)
-
-
-class KVIntegrityError(RuntimeError):
-    """A write or read that would expose uninitialised or stale KV history."""
 
 
 @dataclass(slots=True)

@@ -10,21 +10,23 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from engine.core.admission import WaitingQueue
-from engine.core.batch import Batch, FinalizeOp, Housekeeping, ItemKind, ScheduledItem
+from engine.core.batch import (
+    EMPTY_HOUSEKEEPING,
+    Batch,
+    FinalizeOp,
+    Housekeeping,
+    ItemKind,
+    ScheduledItem,
+)
 from engine.core.block_manager import BlockManager
 from engine.core.config import EngineConfig
+from engine.core.errors import StaleResultError
 from engine.core.exits import make_decider, validate_trace
 from engine.core.policies import make_policy
 from engine.core.prompt_state import PromptStatePool
 from engine.core.request import PromptItem, Request, SamplingParams, Stage
 from engine.core.results import CodaResult, RecurrentResult, StepResult, TokenEvent, result_matches
 from engine.core.scheduler import Scheduler
-
-_NO_HOUSEKEEPING = Housekeeping()
-
-
-class StaleResultError(ValueError):
-    """A result that does not fit the batch it claims to answer."""
 
 
 class EngineCore:
@@ -161,7 +163,7 @@ class EngineCore:
         drain so the runner frees everything)."""
         released = self.prompt_states.take_released()
         if not (self._finalize or released or self._released_requests):
-            return _NO_HOUSEKEEPING
+            return EMPTY_HOUSEKEEPING
         gone = set(self._released_requests)
         # A request that finished right after its exiting token needs no finalize copy.
         finalize = tuple(op for op in self._finalize if (op.request_id, op.generation) not in gone)

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from engine.core.batch import Batch
-from engine.core.request import Request, SamplingParams
+from engine.core.request import Request, SamplingParams, Stage
 from engine.core.results import StepRecord, TokenEvent
 
 
@@ -88,19 +88,62 @@ class RunRecords:
 
 
 class RunRecorder:
-    """Collects records; drivers call it around every step and on every finish."""
+    """Collects records; drivers call it around every step and on every finish.
 
-    def __init__(self, record_batches: bool = False) -> None:
+    ``step`` writes exactly the row ``StepRecord.from_batch`` builds (a test compares them on
+    every arm) in one pass over the items, with the depth strings memoised: it runs once per
+    step of every simulated run.
+    """
+
+    def __init__(self, num_depths: int, record_batches: bool = False) -> None:
         self.records = RunRecords()
         self.record_batches = record_batches
+        self._num_depths = num_depths
+        self._depth_strings: dict[tuple[int, ...], str] = {}
         self._injected: set[str] = set()
 
     def submitted(self, spec: ArrivalSpec) -> None:
         if spec.injected:
             self._injected.add(spec.request_id)
 
-    def step(self, batch: Batch, start_s: float, end_s: float, events: Iterable[TokenEvent]) -> None:
-        self.records.steps.append(StepRecord.from_batch(batch, start_s, end_s))
+    def _depths(self, batch: Batch) -> str:
+        counts = [0] * self._num_depths
+        for it in batch.items:
+            n = it.num_depths
+            if n == 1:
+                counts[it.depth] += 1
+            else:
+                for d in range(it.depth, it.depth + n):
+                    counts[d] += 1
+        key = tuple(counts)
+        text = self._depth_strings.get(key)
+        if text is None:
+            text = ";".join(f"{d}:{n}" for d, n in enumerate(counts) if n)
+            self._depth_strings[key] = text
+        return text
+
+    def step(
+        self, batch: Batch, start_s: float, end_s: float, events: Iterable[TokenEvent]
+    ) -> None:
+        # Identity tests, not dict lookups: an Enum's __hash__ and .value run in Python.
+        stage = batch.stage
+        depths, mixed = "", False
+        if stage is Stage.RECURRENT:
+            name, depths, mixed = "RECURRENT", self._depths(batch), batch.is_mixed
+            label = "mixed" if mixed else "decode" if batch.num_prompt_items == 0 else "prompt"
+        elif stage is Stage.PREFILL:
+            name, label, depths = "PREFILL", "prefill", self._depths(batch)
+        elif stage is Stage.CODA:
+            name, label = "CODA", "coda"
+        elif stage is Stage.PRELUDE:
+            name, label = "PRELUDE", "prelude"
+        else:
+            raise ValueError(f"step {batch.step_id}: a {stage.value} batch cannot run")
+        self.records.steps.append(StepRecord(
+            batch.step_id, start_s, end_s, name, label, batch.core_calls,
+            batch.num_decode_items, batch.num_prompt_items, batch.num_prompt_tokens,
+            batch.num_fused_prelude_items, depths, mixed,
+        ))
         self.records.tokens.extend(events)
         if self.record_batches:
             self.records.batches.append(batch_signature(batch))

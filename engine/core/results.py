@@ -7,29 +7,44 @@ from dataclasses import dataclass
 from engine.core.batch import Batch
 from engine.core.request import Stage
 
+# The classes below are built once per step or per token. Their __init__ is written out
+# (init=False) because a dataclass-generated one stays interpreted under mypyc; they are
+# read-only by contract rather than frozen, since frozen initialisers cost twice as much.
 
-@dataclass(frozen=True, slots=True)
+
+@dataclass(slots=True, init=False)
 class StepResult:
     """Base result: PRELUDE and atomic PREFILL return nothing else."""
 
     step_id: int
 
+    def __init__(self, step_id: int) -> None:
+        self.step_id = step_id
 
-@dataclass(frozen=True, slots=True)
+
+@dataclass(slots=True, init=False)
 class RecurrentResult(StepResult):
     """One signal per DECODE item in item order, or None when no decode item needs one."""
 
-    decode_signals: tuple[float, ...] | None = None
+    decode_signals: tuple[float, ...] | None
+
+    def __init__(self, step_id: int, decode_signals: tuple[float, ...] | None = None) -> None:
+        self.step_id = step_id
+        self.decode_signals = decode_signals
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True, init=False)
 class CodaResult(StepResult):
     """One sampled token id per CODA item in item order."""
 
-    token_ids: tuple[int, ...] = ()
+    token_ids: tuple[int, ...]
+
+    def __init__(self, step_id: int, token_ids: tuple[int, ...] = ()) -> None:
+        self.step_id = step_id
+        self.token_ids = token_ids
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True, init=False)
 class TokenEvent:
     """An output token produced by a CODA step."""
 
@@ -38,11 +53,23 @@ class TokenEvent:
     time_s: float
     token_id: int
     exit_depth: int  # loops the token ran, 1..D; the first token is always D
-    finished: bool = False
-    finish_reason: str | None = None
+    finished: bool
+    finish_reason: str | None
+
+    def __init__(
+        self, request_id: str, index: int, time_s: float, token_id: int, exit_depth: int,
+        finished: bool = False, finish_reason: str | None = None,
+    ) -> None:
+        self.request_id = request_id
+        self.index = index
+        self.time_s = time_s
+        self.token_id = token_id
+        self.exit_depth = exit_depth
+        self.finished = finished
+        self.finish_reason = finish_reason
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True, init=False)
 class StepRecord:
     """One executed batch, as both drivers log it (one row of steps.csv)."""
 
@@ -58,6 +85,24 @@ class StepRecord:
     num_fused_prelude_items: int
     depths: str
     mixed: bool
+
+    def __init__(
+        self, step: int, start_s: float, end_s: float, stage: str, kind: str, core_calls: int,
+        num_decode_items: int, num_prompt_items: int, num_prompt_tokens: int,
+        num_fused_prelude_items: int, depths: str, mixed: bool,
+    ) -> None:
+        self.step = step
+        self.start_s = start_s
+        self.end_s = end_s
+        self.stage = stage
+        self.kind = kind
+        self.core_calls = core_calls
+        self.num_decode_items = num_decode_items
+        self.num_prompt_items = num_prompt_items
+        self.num_prompt_tokens = num_prompt_tokens
+        self.num_fused_prelude_items = num_fused_prelude_items
+        self.depths = depths
+        self.mixed = mixed
 
     @classmethod
     def from_batch(cls, batch: Batch, start_s: float, end_s: float) -> StepRecord:

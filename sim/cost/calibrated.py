@@ -244,7 +244,7 @@ class CalibratedCost:
                 f"cost.profile: the profile was measured for model {p.model!r} but the scenario "
                 f"uses {model!r}; use a {model} profile or set model: {p.model}"
             )
-        self._fits: dict[str, StageFit] = dict(p.stages)
+        self._fits: dict[str, StageFit] = {str(k): v for k, v in p.stages.items()}
         self._gap = p.step_gap
 
     def _fit(self, batch: Batch) -> StageFit:

@@ -1,0 +1,13 @@
+"""The core's exceptions. Kept out of the mypyc build: compiled classes cannot subclass
+RuntimeError or ValueError."""
+
+from __future__ import annotations
+
+
+class KVIntegrityError(RuntimeError):
+    """A write or read that would expose uninitialised or stale KV history, or a corrupt
+    block pool."""
+
+
+class StaleResultError(ValueError):
+    """A result that does not fit the batch it claims to answer."""

@@ -1,0 +1,83 @@
+"""Compile engine/core and the simulator's per-step modules with mypyc (``make native``).
+
+The core is mypy-strict Python; mypyc turns its classes into C structs and its methods into
+C functions, which is what lets the simulator reach its speed target (``make bench``). The
+Python sources stay the reference: the compiled modules in ``build/native`` are loaded only
+while its manifest matches the sources byte for byte and the running Python, and
+``LOOPSERVE_NATIVE=0`` turns them off (``engine/core/_native.py``).
+
+The build goes to a temp dir beside ``build/native`` and is renamed into place when complete.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+os.environ["LOOPSERVE_NATIVE"] = "0"  # build from the sources, whatever build is there now
+from engine.core._native import (  # noqa: E402
+    GROUP_NAME,
+    MANIFEST,
+    NATIVE_DIR,
+    source_digest,
+    source_path,
+)
+
+# Not compiled: package __init__s and _native (they choose what to load), errors (compiled
+# classes cannot subclass builtin exceptions), config (the scenario schema reads its dataclass
+# annotations; built once per run), executor (a Protocol, no code), and the rest
+# of sim (the driver's SimPy generators, cost models used once per run).
+MODULES = tuple(f"engine.core.{m}" for m in (
+    "admission", "arrivals", "batch", "block_manager", "engine_core", "exits",
+    "fake_executor", "policies", "prompt_state", "records", "request", "results", "scheduler",
+)) + ("sim.executor", "sim.cost.base", "sim.cost.roofline")
+
+
+def build(out_dir: Path = NATIVE_DIR, *, quiet: bool = True) -> Path:
+    """Compile MODULES and atomically replace ``out_dir``; returns the manifest path."""
+    from mypyc.build import mypycify
+    from setuptools import setup
+
+    paths = [str(source_path(m)) for m in MODULES]
+    out_dir.parent.mkdir(parents=True, exist_ok=True)
+    work = Path(tempfile.mkdtemp(prefix=".native-", dir=out_dir.parent))
+    try:
+        lib = work / "lib"
+        ext_modules = mypycify(paths, group_name=GROUP_NAME, target_dir=str(work / "c"))
+        args = ["build_ext", "--build-lib", str(lib), "--build-temp", str(work / "o"), "-j", "2"]
+        if quiet:
+            args.insert(0, "--quiet")
+        setup(name="loopserve-native", ext_modules=ext_modules, script_args=args)
+        manifest = {
+            "cache_tag": sys.implementation.cache_tag,
+            "modules": {m: source_digest(source_path(m)) for m in MODULES},
+        }
+        (lib / MANIFEST).write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n")
+        if out_dir.exists():
+            shutil.rmtree(out_dir)
+        lib.rename(out_dir)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    return out_dir / MANIFEST
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m tools.build_native", description=__doc__)
+    parser.add_argument("--verbose", action="store_true", help="show the compiler commands")
+    args = parser.parse_args(argv)
+    print(f"mypyc: compiling {len(MODULES)} engine.core and sim modules into {NATIVE_DIR}/ ...",
+          flush=True)
+    t0 = time.perf_counter()
+    path = build(quiet=not args.verbose)
+    print(f"mypyc: done in {time.perf_counter() - t0:.0f} s ({path})")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
