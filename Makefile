@@ -4,7 +4,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
 NATIVE := build/native/manifest.json
-NATIVE_SOURCES := $(wildcard engine/core/*.py) sim/executor.py sim/cost/base.py \
+NATIVE_SOURCES := $(wildcard engine/core/*.py) sim/driver.py sim/executor.py sim/cost/base.py \
 	sim/cost/roofline.py tools/build_native.py
 
 .PHONY: setup native test sim bench lint clean gpu-check gpu-wheels

@@ -9,7 +9,8 @@ from engine.core import _native
 _native.activate(__name__, __path__)
 
 from sim.cost import CostModel, make_cost_model
-from sim.driver import SimulationDeadlock, simulate
+from sim.driver import simulate
+from sim.errors import SimulationDeadlock
 from sim.executor import SimExecutor
 from sim.exit_model import make_signal_fn
 from sim.shapes import MODEL_SHAPES, get_shape

@@ -3,13 +3,17 @@ triggered arrivals, determinism and the deadlock guard."""
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+
 import pytest
 
 from engine.core import ExitConfig, SamplingParams, Stage, TokenEvent
 from engine.core.records import ArrivalSpec
 from loopserve.metrics import requests_frame, steps_frame, tokens_frame
 from loopserve.workloads import build_source
-from sim import SimulationDeadlock, make_cost_model, make_signal_fn, simulate
+from sim import make_cost_model, make_signal_fn, simulate
 from sim.shapes import TINY
 from tests.helpers import make_config
 
@@ -135,13 +139,26 @@ def test_a_request_that_never_fits_fails_before_it_runs() -> None:
         simulate(cfg, ListSource([spec("big", 64, 4)]), make_cost_model("roofline", TINY))
 
 
-def test_stalled_core_raises_deadlock_instead_of_looping(monkeypatch: pytest.MonkeyPatch) -> None:
-    from engine.core.engine_core import EngineCore
-
-    monkeypatch.setattr(EngineCore, "schedule", lambda self, now: None)
-    with pytest.raises(SimulationDeadlock, match="schedules nothing"):
-        simulate(make_config("mixed"), ListSource([spec("a", 8, 2)]),
-                 make_cost_model("roofline", TINY))
+def test_stalled_core_raises_deadlock_instead_of_looping() -> None:
+    # A core that schedules nothing is a bug, so it is made by patching EngineCore.schedule;
+    # compiled callers ignore a patch, so this runs on the Python sources.
+    code = (
+        "import sys\n"
+        "from engine.core.engine_core import EngineCore\n"
+        "from sim import SimulationDeadlock, make_cost_model, simulate\n"
+        "from sim.shapes import TINY\n"
+        "from tests.helpers import make_config\n"
+        "from tests.test_sim_driver import ListSource, spec\n"
+        "EngineCore.schedule = lambda self, now: None\n"
+        "try:\n"
+        "    simulate(make_config('mixed'), ListSource([spec('a', 8, 2)]),\n"
+        "             make_cost_model('roofline', TINY))\n"
+        "except SimulationDeadlock as e:\n"
+        "    print('deadlock:', e)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         env={**os.environ, "LOOPSERVE_NATIVE": "0"}, check=True)
+    assert out.stdout.startswith("deadlock:") and "schedules nothing" in out.stdout
 
 
 def test_steps_tile_time_and_every_request_finishes() -> None:

@@ -31,12 +31,12 @@ from engine.core._native import (  # noqa: E402
 
 # Not compiled: package __init__s and _native (they choose what to load), errors (compiled
 # classes cannot subclass builtin exceptions), config (the scenario schema reads its dataclass
-# annotations; built once per run), executor (a Protocol, no code), and the rest
-# of sim (the driver's SimPy generators, cost models used once per run).
+# annotations; built once per run), executor (a Protocol, no code), and the rest of sim
+# (cost models other than the roofline, exit models, validity: once per run).
 MODULES = tuple(f"engine.core.{m}" for m in (
     "admission", "arrivals", "batch", "block_manager", "engine_core", "exits",
     "fake_executor", "policies", "prompt_state", "records", "request", "results", "scheduler",
-)) + ("sim.executor", "sim.cost.base", "sim.cost.roofline")
+)) + ("sim.driver", "sim.executor", "sim.cost.base", "sim.cost.roofline")
 
 
 def build(out_dir: Path = NATIVE_DIR, *, quiet: bool = True) -> Path:

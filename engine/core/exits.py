@@ -11,22 +11,30 @@ from __future__ import annotations
 import hashlib
 import random
 from collections.abc import Sequence
-from typing import Protocol
 
 from engine.core.config import ExitConfig
 
 
-class ExitDecider(Protocol):
-    """Per-request exit state machine."""
+class ExitDecider:
+    """Per-request exit state machine; the base never exits early and reads no signal.
+
+    A base class rather than a Protocol so compiled callers dispatch through a vtable.
+    ``signal_head`` names the head whose score ``after_depth`` expects ("gate" or
+    "lookahead").
+    """
+
+    signal_head = "gate"
 
     def start_token(self, index: int) -> None:
         """A decode token producing output ``index`` (1-based after the prompt's) enters."""
 
     def needs_signal(self, depth: int) -> bool:
         """Whether the gate signal of zero-based ``depth`` is needed for this token."""
+        return False
 
     def after_depth(self, loops_done: int, signal: float | None) -> bool:
         """Record one finished loop; True when the token exits after ``loops_done`` loops."""
+        raise NotImplementedError
 
 
 def stable_seed(*parts: object) -> int:
@@ -35,21 +43,15 @@ def stable_seed(*parts: object) -> int:
     return int.from_bytes(digest, "little")
 
 
-class FixedExit:
+class FixedExit(ExitDecider):
     def __init__(self, max_loops: int) -> None:
         self.max_loops = max_loops
-
-    def start_token(self, index: int) -> None:
-        pass
-
-    def needs_signal(self, depth: int) -> bool:
-        return False
 
     def after_depth(self, loops_done: int, signal: float | None) -> bool:
         return loops_done >= self.max_loops
 
 
-class TargetExit:
+class TargetExit(ExitDecider):
     """Exit after a depth known when the token starts (trace and categorical)."""
 
     def __init__(self, min_loops: int, max_loops: int) -> None:
@@ -62,9 +64,6 @@ class TargetExit:
 
     def start_token(self, index: int) -> None:
         self.target = min(self.max_loops, max(self.min_loops, self._target(index)))
-
-    def needs_signal(self, depth: int) -> bool:
-        return False
 
     def after_depth(self, loops_done: int, signal: float | None) -> bool:
         return loops_done >= self.target
@@ -96,7 +95,7 @@ def _require(signal: float | None, loops_done: int) -> float:
     return float(signal)
 
 
-class OuroExit:
+class OuroExit(ExitDecider):
     """Hazard accumulation; ``delayed`` exits one loop after the threshold is crossed."""
 
     def __init__(self, threshold: float, min_loops: int, max_loops: int, delayed: bool) -> None:
@@ -136,8 +135,10 @@ class OuroExit:
         return True
 
 
-class LookaheadExit:
+class LookaheadExit(ExitDecider):
     """A score read as "exit after one more loop" (random_lookahead)."""
+
+    signal_head = "lookahead"
 
     def __init__(self, threshold: float, min_loops: int, max_loops: int) -> None:
         self.threshold = threshold

@@ -8,7 +8,6 @@ depth never loses its place to younger prompts (RFC §2).
 from __future__ import annotations
 
 import bisect
-from collections import deque
 from collections.abc import Callable
 
 from engine.core.batch import ItemKind, ScheduledItem
@@ -32,9 +31,11 @@ class Scheduler:
         self.kv = kv
         self._admit = admit
         self.prefill: list[Request] = []  # admission order (admitted_seq)
-        self.prelude: deque[Request] = deque()
-        self.recurrent: deque[Request] = deque()
-        self.coda: deque[Request] = deque()
+        # Lists, not deques: bounded by max_num_seqs, and compiled code reaches list
+        # operations directly.
+        self.prelude: list[Request] = []
+        self.recurrent: list[Request] = []
+        self.coda: list[Request] = []
         self.prefill_batches_since_decode = 0
 
     # ---- queue maintenance ---------------------------------------------------------------
@@ -71,28 +72,26 @@ class Scheduler:
             raise RuntimeError(f"request {req.request_id}: reserved KV growth failed")
 
     def take_prelude(self) -> list[ScheduledItem]:
-        items: list[ScheduledItem] = []
-        while self.prelude:
-            req = self.prelude.popleft()
-            items.append(
-                ScheduledItem(
-                    req.request_id, req.generation, ItemKind.DECODE, req.position, 1,
-                    depth=0, num_depths=0, token_ids=(req.output_token_ids[-1],),
-                )
-            )
+        queue = self.prelude
+        decode = ItemKind.DECODE
+        items = [
+            ScheduledItem(req.request_id, req.generation, decode, req.position, 1, 0, 0,
+                          token_ids=(req.output_token_ids[-1],))
+            for req in queue
+        ]
+        queue.clear()
         return items
 
     def take_coda(self) -> list[ScheduledItem]:
-        items: list[ScheduledItem] = []
-        while self.coda and len(items) < self.sched.max_num_seqs:
-            req = self.coda.popleft()
-            items.append(
-                ScheduledItem(
-                    req.request_id, req.generation, ItemKind.DECODE, req.position, 1,
-                    depth=0, num_depths=0, params=req.params,
-                    output_index=req.num_output_tokens,
-                )
-            )
+        queue = self.coda
+        count = min(self.sched.max_num_seqs, len(queue))
+        decode = ItemKind.DECODE
+        items = [
+            ScheduledItem(req.request_id, req.generation, decode, req.position, 1, 0, 0,
+                          params=req.params, output_index=len(req.output_token_ids))
+            for req in queue[:count]
+        ]
+        del queue[:count]
         return items
 
     def take_decode(self, budget: int) -> list[ScheduledItem]:
@@ -100,21 +99,19 @@ class Scheduler:
         queue = self.recurrent
         count = min(self.sched.max_num_seqs, budget, len(queue))
         items: list[ScheduledItem] = []
-        append = items.append
         incremental = self.cfg.cache.incremental_allocation
         decode = ItemKind.DECODE
-        for _ in range(count):
-            req = queue.popleft()
+        for req in queue[:count]:
             depth = req.loops_done
             if incremental and depth == 0:
                 self._grow(req, req.position + 1)
             decider = req.decider
             assert decider is not None
-            item = ScheduledItem(req.request_id, req.generation, decode, req.position, 1,
-                                 depth, 1, decider.needs_signal(depth))
-            if req.exit.mode == "random_lookahead":
-                item.signal_head = "lookahead"
-            append(item)
+            items.append(ScheduledItem(
+                req.request_id, req.generation, decode, req.position, 1, depth, 1,
+                decider.needs_signal(depth), signal_head=decider.signal_head,
+            ))
+        del queue[:count]
         return items
 
     def take_prompts(self, budget: int, *, to_last_depth: bool = False) -> list[ScheduledItem]:
