@@ -3,7 +3,9 @@
 ``make bench`` (``python -m tools.bench``) simulates Ouro-1.4B on the h200 roofline for every
 arm, ``--repeats`` times each, and reports the median core calls/s next to a minimal SimPy
 loop that yields the same number of timeouts as the run has steps, measured in the same
-process. Writes ``results/bench/<UTC timestamp>/bench.json`` and ``env.json``.
+process, and (``--pure-repeats``) the same arm on the Python sources in a subprocess, so the
+native build's speedup is a ratio measured side by side. Writes
+``results/bench/<UTC timestamp>/bench.json`` and ``env.json``.
 """
 
 from __future__ import annotations
@@ -97,6 +99,21 @@ def bench_arm(
     }
 
 
+def _pure_run(arm: str, args: argparse.Namespace, native: dict[str, Any]) -> dict[str, Any]:
+    """The same arm on the Python sources, in a subprocess (the modules load once per
+    process); it must produce the same steps."""
+    cmd = [sys.executable, "-m", "tools.bench", "--child", "--arms", arm,
+           "--num-requests", str(args.num_requests), "--repeats", str(args.pure_repeats),
+           "--seed", str(args.seed), "--max-num-seqs", str(args.max_num_seqs)]
+    out = subprocess.run(cmd, capture_output=True, text=True, check=True,
+                         env={**os.environ, "LOOPSERVE_NATIVE": "0"})
+    pure: dict[str, Any] = json.loads(out.stdout.strip().splitlines()[-1])
+    if pure["native"] or (pure["num_steps"], pure["num_core_calls"]) != (
+            native["num_steps"], native["num_core_calls"]):
+        raise RuntimeError(f"{arm}: the pure-Python run differs from the native one: {pure}")
+    return pure
+
+
 def _git(*args: str) -> str | None:
     try:
         out = subprocess.run(["git", *args], capture_output=True, text=True, check=True)
@@ -135,25 +152,42 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--max-num-seqs", type=int, default=SCHEDULER["max_num_seqs"],
                         help="decode concurrency (the work per core call scales with it)")
     parser.add_argument("--out", type=Path, default=Path("results/bench"))
+    parser.add_argument("--pure-repeats", type=int, default=1,
+                        help="runs per arm on the Python sources (LOOPSERVE_NATIVE=0), in a "
+                             "subprocess, for the native speedup; 0 skips them")
+    parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.num_requests < 1 or args.repeats < 1 or args.max_num_seqs < 1:
         parser.error("--num-requests, --repeats and --max-num-seqs must be >= 1")
     scheduler = {**SCHEDULER, "max_num_seqs": args.max_num_seqs}
+    if args.child:  # one arm for the parent, as JSON on stdout
+        r = bench_arm(args.arms[0], args.num_requests, args.repeats, args.seed, scheduler)
+        print(json.dumps({**r, "native": native_build()["active"]}))
+        return 0
 
     native = native_build()
     print(f"simulating {args.num_requests} poisson requests on {MODEL}/h200 roofline, "
           f"median of {args.repeats} runs per arm (target {TARGET_CORE_CALLS_S:,} core calls/s)")
     print(f"native build: {native['reason']}")
     print(f"{'arm':<10} {'core calls':>10} {'steps':>8} {'items/call':>10} {'wall s':>7} "
-          f"{'calls/s':>9} {'steps/s':>9} {'simpy loop/s':>12} {'ratio':>6}")
+          f"{'calls/s':>9} {'steps/s':>9} {'simpy loop/s':>12} {'ratio':>6} "
+          f"{'pure calls/s':>12} {'speedup':>7}")
     arms = []
     for arm in args.arms:
         r = bench_arm(arm, args.num_requests, args.repeats, args.seed, scheduler)
+        if args.pure_repeats > 0:
+            pure = _pure_run(arm, args, r)
+            r["pure_core_calls_s"] = pure["core_calls_s"]
+            r["pure_median_core_calls_s"] = pure["median_core_calls_s"]
+            r["native_speedup"] = r["median_core_calls_s"] / pure["median_core_calls_s"]
         arms.append(r)
+        pure_cols = (f"{r['pure_median_core_calls_s']:>12,.0f} {r['native_speedup']:>7.2f}"
+                     if "native_speedup" in r else f"{'-':>12} {'-':>7}")
         print(f"{arm:<10} {r['num_core_calls']:>10,} {r['num_steps']:>8,} "
-              f"{r['items_per_core_call']:>10.1f} {statistics.median(r['wall_s']):>7.2f} {r['median_core_calls_s']:>9,.0f} "
-              f"{r['median_steps_s']:>9,.0f} {r['simpy_loop_timeouts_s']:>12,.0f} "
-              f"{r['ratio_to_simpy_loop']:>6.3f}")
+              f"{r['items_per_core_call']:>10.1f} {statistics.median(r['wall_s']):>7.2f} "
+              f"{r['median_core_calls_s']:>9,.0f} {r['median_steps_s']:>9,.0f} "
+              f"{r['simpy_loop_timeouts_s']:>12,.0f} {r['ratio_to_simpy_loop']:>6.3f} "
+              f"{pure_cols}")
     result = {
         "model": MODEL, "hardware": "h200", "cost": "roofline",
         "workload": {**WORKLOAD, "num_requests": args.num_requests},

@@ -1,0 +1,23 @@
+"""``make bench`` end to end on a small load: the files it writes and what they hold (no
+speed is asserted here; speed targets live in the benchmark's own output)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from tools import bench
+
+
+def test_bench_writes_rates_for_every_arm_and_the_pure_comparison(tmp_path: Path) -> None:
+    assert bench.main(["--num-requests", "12", "--repeats", "1", "--out", str(tmp_path)]) == 0
+    (run,) = tmp_path.iterdir()
+    result = json.loads((run / "bench.json").read_text())
+    env = json.loads((run / "env.json").read_text())
+    assert [a["arm"] for a in result["arms"]] == ["atomic", "per_depth", "mixed"]
+    for a in result["arms"]:
+        assert a["num_requests"] == 12 and a["num_core_calls"] > 0
+        assert a["median_core_calls_s"] > 0 and a["pure_median_core_calls_s"] > 0
+        assert a["native_speedup"] == a["median_core_calls_s"] / a["pure_median_core_calls_s"]
+    assert result["native"] == env["native"]["active"]
+    assert {"python", "simpy", "git_commit", "native"} <= env.keys()
