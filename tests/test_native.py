@@ -28,6 +28,7 @@ def _tree(tmp_path: Path, *, tag: str | None = None, digest: str | None = None) 
         "modules": {"pkg.mod": digest or _native.source_digest(src)},
     }
     (native / _native.MANIFEST).write_text(json.dumps(manifest))
+    (native / f"{_native.GROUP_NAME}__mypyc.so").write_bytes(b"")
     return root
 
 
@@ -54,6 +55,11 @@ def test_other_python_missing_or_corrupt_build_or_opt_out(
     root = _tree(tmp_path, tag="cpython-399")
     native = root / "build" / "native"
     assert _native.check(native, root).startswith("built for cpython-399")
+    (native / f"{_native.GROUP_NAME}__mypyc.so").unlink()
+    root = _tree(tmp_path / "c")
+    native = root / "build" / "native"
+    (native / f"{_native.GROUP_NAME}__mypyc.so").unlink()
+    assert _native.check(native, root) == "incomplete build (make native)"
     (native / _native.MANIFEST).write_text("{not json")
     assert _native.check(native, root) == "not built (make native)"
     (native / _native.MANIFEST).unlink()
@@ -75,6 +81,22 @@ def test_the_build_is_in_use_under_make_test() -> None:
         assert mod.__file__ is not None
         assert Path(mod.__file__).suffix == ".so", mod.__file__
         assert Path(mod.__file__).is_relative_to(_native.NATIVE_DIR)
+
+
+def test_console_scripts_find_every_module(tmp_path: Path) -> None:
+    # A console script has neither the repo nor the cwd on sys.path: the packages come from
+    # the editable install, and the build must not shadow them (it once made ``sim`` a
+    # namespace package of the build folder, without sim/cost/calibrated.py).
+    code = (
+        "import sys; sys.path[:] = [p for p in sys.path if p not in ('', '.')]\n"
+        "import engine.core.batch\n"
+        "import sim.cost.calibrated, sim.driver, loopserve.fidelity_data\n"
+        "from engine.core import _native\n"
+        "print(_native.active(), str(_native.NATIVE_DIR) in sys.path)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         cwd=tmp_path, check=True)
+    assert out.stdout.split() == [str(_native.active()), "False"]
 
 
 _RUN = """

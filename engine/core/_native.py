@@ -11,6 +11,7 @@ sources. Each package with compiled modules calls ``activate`` before importing 
 from __future__ import annotations
 
 import hashlib
+import importlib.util
 import json
 import os
 import sys
@@ -46,6 +47,8 @@ def check(native_dir: Path = NATIVE_DIR, root: Path = REPO_ROOT) -> str:
         return "not built (make native)"
     if tag != sys.implementation.cache_tag:
         return f"built for {tag}, running {sys.implementation.cache_tag}"
+    if len(list(native_dir.glob(f"{GROUP_NAME}__mypyc.*"))) != 1:
+        return "incomplete build (make native)"
     for name, digest in items:
         source = source_path(name, root)
         if not source.exists() or source_digest(source) != digest:
@@ -73,8 +76,24 @@ def activate(package: str, package_path: list[str]) -> None:
     """Put ``package``'s compiled modules ahead of its sources when the build is usable."""
     if not active():
         return
+    _load_group()
     native = NATIVE_DIR.joinpath(*package.split("."))
     if native.is_dir() and str(native) not in package_path:
         package_path.insert(0, str(native))
-    if str(NATIVE_DIR) not in sys.path:
-        sys.path.append(str(NATIVE_DIR))  # the shared library of the compiled group
+
+
+def _load_group() -> None:
+    """Load the group's shared library, which every compiled module imports by name.
+
+    Loaded by path, not by putting NATIVE_DIR on sys.path: its package folders hold no
+    ``__init__``, so the path finder would take them for namespace packages and shadow
+    the real ``sim`` wherever the sources are not on sys.path (console scripts)."""
+    name = f"{GROUP_NAME}__mypyc"
+    if name in sys.modules:
+        return
+    (path,) = NATIVE_DIR.glob(f"{name}.*")
+    spec = importlib.util.spec_from_file_location(name, path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
