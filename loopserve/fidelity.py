@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from loopserve.errors import UserError
+from loopserve.fidelity_drift import drift_lines
 
 if TYPE_CHECKING:
     from loopserve.fidelity_data import WorldRun
@@ -157,6 +158,7 @@ def _table(result: dict[str, Any]) -> str:
     if slow:
         lines.append("machine now vs at calibration (probe steps): " + ", ".join(
             f"{k} x{v:.2f}" for k, v in slow.items()))
+    lines.extend(drift_lines(result["drift"]))
     return "\n".join(lines)
 
 

@@ -18,6 +18,7 @@ from tqdm import tqdm
 
 from engine.core.batch import Batch
 from engine.core.records import RunRecords, batch_signature
+from loopserve.fidelity_drift import drift
 from loopserve.orchestrate import Plan, RunSpec, build_source
 from sim.cost.calibrated import CalibratedCost, Profile
 
@@ -299,6 +300,7 @@ def compare(plan: Plan, sim: list[WorldRun], world: RealWorld, cost: CalibratedC
         "contended_step_fraction": (sum(contended) / len(contended)) if contended else None,
         "makespan": wall,
         "machine": _machine(world, profile),
+        "drift": drift(real, cost),
         "batches": _batches(sim, real, _timed_arrivals(plan)),
         "profile": {"hardware": profile.hardware, "model": profile.model,
                     "held_out_mape": profile.provenance.held_out_mape,

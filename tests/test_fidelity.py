@@ -93,6 +93,13 @@ def test_fidelity_json_has_the_design_shape(result: Path) -> None:
     assert machine["slowdown_vs_calibration"] is None  # the hand-written profile has no probes
     assert doc["allocator"]["calibration"] is None
     assert doc["measured_repeat_spread"] is None  # one repeat: no run-to-run spread
+    drift = doc["drift"]
+    assert drift["kind"] == "decode"
+    assert [r["arm"] for r in drift["runs"]] == ["atomic", "per_depth", "mixed"]
+    for r in drift["runs"]:
+        assert r["num_steps"] >= 10 and len(r["ratio_by_tenth"]) == 10
+        assert all(v > 0 for v in r["ratio_by_tenth"])
+        assert r["range"] == pytest.approx(max(r["ratio_by_tenth"]) / min(r["ratio_by_tenth"]))
 
 
 def test_closed_workload_gives_identical_batch_sequences(result: Path) -> None:
@@ -103,6 +110,24 @@ def test_closed_workload_gives_identical_batch_sequences(result: Path) -> None:
     assert [r["arm"] for r in b["runs"]] == ["atomic", "per_depth", "mixed"]
     assert all(r["same"] and r["first_divergence"] is None and r["num_sim"] == r["num_measured"]
                for r in b["runs"])
+
+
+def test_drift_is_the_measured_over_predicted_decode_time_by_tenth(result: Path) -> None:
+    import csv
+    import statistics
+
+    doc = json.loads((result / "fidelity.json").read_text())
+    with (result / "steps.csv").open() as f:
+        rows = [r for r in csv.DictReader(f)
+                if r["world"] == "measured" and r["arm"] == "mixed" and r["kind"] == "decode"]
+    ratios = [(float(r["end_s"]) - float(r["start_s"])) / float(r["predicted_s"])
+              for r in sorted(rows, key=lambda r: int(r["step"]))]
+    n, k = len(ratios), 10  # tenths as numpy's array_split cuts them: the first n % k get +1
+    sizes = [n // k + (1 if i < n % k else 0) for i in range(k)]
+    starts = [sum(sizes[:i]) for i in range(k)]
+    expected = [statistics.median(ratios[a:a + m]) for a, m in zip(starts, sizes, strict=True)]
+    (mixed,) = [r for r in doc["drift"]["runs"] if r["arm"] == "mixed"]
+    assert mixed["ratio_by_tenth"] == pytest.approx(expected, rel=1e-9)
 
 
 def test_step_predictions_match_the_profile(result: Path) -> None:
