@@ -25,7 +25,8 @@ def _tree(tmp_path: Path, *, tag: str | None = None, digest: str | None = None) 
     native.mkdir(parents=True)
     manifest = {
         "cache_tag": tag or sys.implementation.cache_tag,
-        "modules": {"pkg.mod": digest or _native.source_digest(src)},
+        "modules": ["pkg.mod"],
+        "sources": {"pkg/mod.py": digest or _native.source_digest(src)},
     }
     (native / _native.MANIFEST).write_text(json.dumps(manifest))
     (native / f"{_native.GROUP_NAME}__mypyc.so").write_bytes(b"")
@@ -44,8 +45,8 @@ def test_an_edited_source_makes_the_build_stale(
     monkeypatch.delenv("LOOPSERVE_NATIVE", raising=False)
     root = _tree(tmp_path)
     (root / "pkg" / "mod.py").write_text("X = 2\n")
-    with pytest.warns(UserWarning, match=r"stale \(pkg.mod changed.*make native"):
-        assert _native.check(root / "build" / "native", root) == "stale (pkg.mod changed)"
+    with pytest.warns(UserWarning, match=r"stale \(pkg/mod.py changed.*make native"):
+        assert _native.check(root / "build" / "native", root) == "stale (pkg/mod.py changed)"
 
 
 def test_other_python_missing_or_corrupt_build_or_opt_out(

@@ -25,6 +25,7 @@ from engine.core._native import (  # noqa: E402
     GROUP_NAME,
     MANIFEST,
     NATIVE_DIR,
+    REPO_ROOT,
     source_digest,
     source_path,
 )
@@ -37,6 +38,13 @@ MODULES = tuple(f"engine.core.{m}" for m in (
     "admission", "arrivals", "batch", "block_manager", "engine_core", "exits",
     "fake_executor", "policies", "prompt_state", "records", "request", "results", "scheduler",
 )) + ("sim.driver", "sim.executor", "sim.cost.base", "sim.cost.roofline")
+
+
+def sources() -> list[Path]:
+    """What the build depends on: the compiled modules and every engine/core source (their
+    classes and constants are read by compiled code)."""
+    deps = {source_path(m) for m in MODULES} | set((REPO_ROOT / "engine" / "core").glob("*.py"))
+    return sorted(deps)
 
 
 def build(out_dir: Path = NATIVE_DIR, *, quiet: bool = True) -> Path:
@@ -56,7 +64,8 @@ def build(out_dir: Path = NATIVE_DIR, *, quiet: bool = True) -> Path:
         setup(name="loopserve-native", ext_modules=ext_modules, script_args=args)
         manifest = {
             "cache_tag": sys.implementation.cache_tag,
-            "modules": {m: source_digest(source_path(m)) for m in MODULES},
+            "modules": list(MODULES),
+            "sources": {str(p.relative_to(REPO_ROOT)): source_digest(p) for p in sources()},
         }
         (lib / MANIFEST).write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n")
         if out_dir.exists():

@@ -2,7 +2,8 @@
 Python sources, which stay the reference.
 
 The build covers ``engine.core`` and the simulator's per-step code. It is used only when its
-manifest names this Python and every compiled module's source matches the file on disk, and
+manifest names this Python and every source it was built from (the compiled modules and all
+of ``engine/core``, whose types they read) matches the file on disk, byte for byte, and
 then for all of its modules or none (compiled modules reach into each other's C structs), so
 an edited source can never hide behind an old binary. ``LOOPSERVE_NATIVE=0`` forces the
 sources. Each package with compiled modules calls ``activate`` before importing them.
@@ -41,23 +42,23 @@ def check(native_dir: Path = NATIVE_DIR, root: Path = REPO_ROOT) -> str:
         return "LOOPSERVE_NATIVE=0"
     try:
         manifest = json.loads((native_dir / MANIFEST).read_text())
-        tag, modules = manifest["cache_tag"], manifest["modules"]
-        items = list(modules.items())
+        tag, sources = manifest["cache_tag"], manifest["sources"]
+        items = list(sources.items())
     except (OSError, ValueError, KeyError, TypeError, AttributeError):
         return "not built (make native)"
     if tag != sys.implementation.cache_tag:
         return f"built for {tag}, running {sys.implementation.cache_tag}"
     if len(list(native_dir.glob(f"{GROUP_NAME}__mypyc.*"))) != 1:
         return "incomplete build (make native)"
-    for name, digest in items:
-        source = source_path(name, root)
+    for rel, digest in items:
+        source = root / rel
         if not source.exists() or source_digest(source) != digest:
             warnings.warn(
-                f"the native build is stale ({name} changed since it was compiled); using "
+                f"the native build is stale ({rel} changed since it was compiled); using "
                 "the Python sources. Run `make native` to rebuild.",
                 stacklevel=2,
             )
-            return f"stale ({name} changed)"
+            return f"stale ({rel} changed)"
     return ""
 
 
