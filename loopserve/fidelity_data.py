@@ -19,6 +19,7 @@ from tqdm import tqdm
 from engine.core.batch import Batch
 from engine.core.records import RunRecords, batch_signature
 from loopserve.fidelity_drift import drift
+from loopserve.fidelity_targets import targets
 from loopserve.orchestrate import Plan, RunSpec, build_source
 from sim.cost.calibrated import CalibratedCost, Profile
 
@@ -277,10 +278,14 @@ def compare(plan: Plan, sim: list[WorldRun], world: RealWorld, cost: CalibratedC
         "measured_s": _median([r.records.steps[-1].end_s if r.records.steps else None
                                for r in real]),
     }
+    arms = _arms(plan, sim, real)
+    drift_section = drift(real, cost)
+    machine = _machine(world, profile)
     return {
         "step_mape": total["mape"],
         "step_max_error": total["max_error"],
-        "arms": _arms(plan, sim, real),
+        "arms": arms,
+        "targets": targets(arms, drift_section, machine),
         "measured_repeat_spread": _repeat_spread(plan, real),
         "same_batches": all(
             [batch_signature(b) for b in s.batches] == [batch_signature(b) for b in r.batches]
@@ -299,8 +304,8 @@ def compare(plan: Plan, sim: list[WorldRun], world: RealWorld, cost: CalibratedC
         "host_gap": _errors(gap_pred, gap_meas),
         "contended_step_fraction": (sum(contended) / len(contended)) if contended else None,
         "makespan": wall,
-        "machine": _machine(world, profile),
-        "drift": drift(real, cost),
+        "machine": machine,
+        "drift": drift_section,
         "batches": _batches(sim, real, _timed_arrivals(plan)),
         "profile": {"hardware": profile.hardware, "model": profile.model,
                     "held_out_mape": profile.provenance.held_out_mape,

@@ -93,6 +93,8 @@ def test_fidelity_json_has_the_design_shape(result: Path) -> None:
     assert machine["slowdown_vs_calibration"] is None  # the hand-written profile has no probes
     assert doc["allocator"]["calibration"] is None
     assert doc["measured_repeat_spread"] is None  # one repeat: no run-to-run spread
+    assert set(doc["targets"]) == {"limits", "arms", "all_met", "machine_steady", "unsteady"}
+    assert set(doc["targets"]["arms"]) == {"atomic", "per_depth", "mixed"}
     drift = doc["drift"]
     assert drift["kind"] == "decode"
     assert [r["arm"] for r in drift["runs"]] == ["atomic", "per_depth", "mixed"]

@@ -1,0 +1,60 @@
+"""Whether a fidelity run meets the project's targets, and whether the machine held still
+long enough for the answer to mean anything.
+
+Targets (the calibration issue's, for the CPU ``small`` model): every arm's ITL p50 and
+TTFT p50 within 10% of measured, ITL p99 within 15%. The machine counts as steady when each
+measured run's decode steps stayed within ``MAX_DRIFT_RANGE`` of their own level (the
+``drift`` section) and the reference probes after the runs read within ``MAX_PROBE_SHIFT``
+of the probes before them: on a shared machine a miss outside those bounds says more about
+the neighbours than about the model.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+LIMITS: dict[str, float] = {"itl_p50_ms": 0.10, "ttft_p50_ms": 0.10, "itl_p99_ms": 0.15}
+MAX_DRIFT_RANGE = 1.15
+MAX_PROBE_SHIFT = 0.15
+
+
+def targets(arms: dict[str, Any], drift: dict[str, Any], machine: dict[str, Any]) -> dict[str, Any]:
+    """The ``targets`` section of fidelity.json."""
+    per_arm: dict[str, dict[str, bool | None]] = {}
+    for arm, metrics in arms.items():
+        per_arm[arm] = {}
+        for name, limit in LIMITS.items():
+            err = metrics.get(name, {}).get("rel_error")
+            per_arm[arm][name] = None if err is None else abs(err) <= limit
+    unsteady = [
+        f"{r['arm']} r{r['repeat']}: decode steps ran x{min(r['ratio_by_tenth']):.2f}.."
+        f"x{max(r['ratio_by_tenth']):.2f} their prediction"
+        for r in drift["runs"] if r["range"] is not None and r["range"] > MAX_DRIFT_RANGE
+    ]
+    before, after = machine.get("probe_s_before") or {}, machine.get("probe_s_after") or {}
+    unsteady += [
+        f"probe {k} read {after[k] / before[k]:.2f}x after the runs what it read before"
+        for k in sorted(before) if k in after and before[k] > 0
+        and abs(after[k] / before[k] - 1.0) > MAX_PROBE_SHIFT
+    ]
+    return {
+        "limits": LIMITS,
+        "arms": per_arm,
+        "all_met": all(v is True for row in per_arm.values() for v in row.values()),
+        "machine_steady": not unsteady,
+        "unsteady": unsteady,
+    }
+
+
+def target_lines(section: dict[str, Any]) -> list[str]:
+    """Lines for the printed table."""
+    met = [a for a, row in section["arms"].items() if all(v is True for v in row.values())]
+    missed = [a for a in section["arms"] if a not in met]
+    lines = [
+        "targets (ITL p50 and TTFT p50 within 10%, ITL p99 within 15%): "
+        f"met in {', '.join(met) or 'no arm'}"
+        + (f"; missed in {', '.join(missed)}" if missed else ""),
+        "machine steady: " + ("yes" if section["machine_steady"] else
+                              "no (" + "; ".join(section["unsteady"]) + ")"),
+    ]
+    return lines
