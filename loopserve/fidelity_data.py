@@ -18,6 +18,7 @@ from tqdm import tqdm
 
 from engine.core.batch import Batch
 from engine.core.records import RunRecords, batch_signature
+from loopserve.fidelity_batches import batch_comparison
 from loopserve.fidelity_drift import drift
 from loopserve.fidelity_targets import targets
 from loopserve.orchestrate import Plan, RunSpec, build_source
@@ -204,40 +205,6 @@ def _repeat_spread(plan: Plan, real: list[WorldRun]) -> dict[str, Any] | None:
     return out
 
 
-def describe_batch(sig: Any) -> str:
-    """One line for a batch signature: stage and (request, kind, position, rows, depth)."""
-    stage, items = sig
-    parts = [f"{rid}:{kind[0]}@{pos}+{n}d{depth}" + (f"x{nd}" if nd != 1 else "")
-             for rid, kind, pos, n, depth, nd in items]
-    return f"{stage} [{', '.join(parts)}]"
-
-
-def _batches(sim: list[WorldRun], real: list[WorldRun], timed: bool) -> dict[str, Any]:
-    runs = []
-    for s, r in zip(sim, real, strict=True):
-        a = [batch_signature(b) for b in s.batches]
-        b = [batch_signature(x) for x in r.batches]
-        first = next((i for i, (x, y) in enumerate(zip(a, b, strict=False)) if x != y),
-                     None if len(a) == len(b) else min(len(a), len(b)))
-        item: dict[str, Any] = {"arm": s.spec.arm, "point_id": s.spec.point_id,
-                                "repeat": s.spec.repeat, "same": first is None,
-                                "num_sim": len(a), "num_measured": len(b),
-                                "first_divergence": first}
-        if first is not None:
-            item["sim_batch"] = describe_batch(a[first]) if first < len(a) else None
-            item["measured_batch"] = describe_batch(b[first]) if first < len(b) else None
-        runs.append(item)
-    return {"timing_dependent_schedule": timed, "runs": runs}
-
-
-def _timed_arrivals(plan: Plan) -> bool:
-    """Whether the workload has arrivals at t > 0 (then the schedule depends on timing)."""
-    spec = plan.runs[0]
-    point = next(p for p in plan.points if p.point_id == spec.point_id)
-    src = build_source(point.scenario, spec.seed, plan.shape)
-    return any((s.arrival_s or 0.0) > 0.0 for s in src.initial())
-
-
 def _machine(world: RealWorld, profile: Profile) -> dict[str, Any]:
     """Probe times now vs at calibration: > 1 means the machine runs slower than when the
     profile was measured (a shared machine's neighbours, clocks), a bias no model can see."""
@@ -306,7 +273,7 @@ def compare(plan: Plan, sim: list[WorldRun], world: RealWorld, cost: CalibratedC
         "makespan": wall,
         "machine": machine,
         "drift": drift_section,
-        "batches": _batches(sim, real, _timed_arrivals(plan)),
+        "batches": batch_comparison(plan, sim, real),
         "profile": {"hardware": profile.hardware, "model": profile.model,
                     "held_out_mape": profile.provenance.held_out_mape,
                     "date": profile.provenance.date, "device": profile.provenance.device,

@@ -1,0 +1,51 @@
+"""The batch sequences of the two worlds compared (the ``batches`` section of fidelity.json):
+they must agree wherever the schedule does not depend on timing."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from engine.core.records import batch_signature
+from loopserve.orchestrate import Plan, build_source
+
+if TYPE_CHECKING:
+    from loopserve.fidelity_data import WorldRun
+
+
+def batch_comparison(plan: Plan, sim: list[WorldRun], real: list[WorldRun]) -> dict[str, Any]:
+    """Per run pair, whether the sequences agree and where they first diverge."""
+    return _batches(sim, real, _timed_arrivals(plan))
+
+
+def describe_batch(sig: Any) -> str:
+    """One line for a batch signature: stage and (request, kind, position, rows, depth)."""
+    stage, items = sig
+    parts = [f"{rid}:{kind[0]}@{pos}+{n}d{depth}" + (f"x{nd}" if nd != 1 else "")
+             for rid, kind, pos, n, depth, nd in items]
+    return f"{stage} [{', '.join(parts)}]"
+
+
+def _batches(sim: list[WorldRun], real: list[WorldRun], timed: bool) -> dict[str, Any]:
+    runs = []
+    for s, r in zip(sim, real, strict=True):
+        a = [batch_signature(b) for b in s.batches]
+        b = [batch_signature(x) for x in r.batches]
+        first = next((i for i, (x, y) in enumerate(zip(a, b, strict=False)) if x != y),
+                     None if len(a) == len(b) else min(len(a), len(b)))
+        item: dict[str, Any] = {"arm": s.spec.arm, "point_id": s.spec.point_id,
+                                "repeat": s.spec.repeat, "same": first is None,
+                                "num_sim": len(a), "num_measured": len(b),
+                                "first_divergence": first}
+        if first is not None:
+            item["sim_batch"] = describe_batch(a[first]) if first < len(a) else None
+            item["measured_batch"] = describe_batch(b[first]) if first < len(b) else None
+        runs.append(item)
+    return {"timing_dependent_schedule": timed, "runs": runs}
+
+
+def _timed_arrivals(plan: Plan) -> bool:
+    """Whether the workload has arrivals at t > 0 (then the schedule depends on timing)."""
+    spec = plan.runs[0]
+    point = next(p for p in plan.points if p.point_id == spec.point_id)
+    src = build_source(point.scenario, spec.seed, plan.shape)
+    return any((s.arrival_s or 0.0) > 0.0 for s in src.initial())
