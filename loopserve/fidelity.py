@@ -9,6 +9,10 @@ per-stage step errors, the host-gap error and the batch-sequence comparison), ``
 ``steps.csv`` (both worlds, each measured step with its prediction), ``scenario.yaml`` and
 ``env.json``, into a folder that appears complete or not at all.
 
+With ``repeats`` >= 2 the measured runs are interleaved across arms and compared both as the
+median (``arms``) and as the fastest repeat (``vs_fastest_repeat``): a shared machine's
+neighbours only ever add time. ``targets`` gives the verdict and ``drift`` the evidence.
+
 Per-step error: each measured batch is predicted with ``CalibratedCost.execute_time`` and
 compared with its measured ``execute`` time, rel_error = (predicted - measured) / measured.
 """
@@ -144,14 +148,24 @@ def _write_steps(path: Path, sim_runs: list[WorldRun], real_runs: list[WorldRun]
 
 
 def _table(result: dict[str, Any]) -> str:
+    fastest = result.get("vs_fastest_repeat") or {}
     head = f"{'arm':<10} {'metric':<13} {'sim':>10} {'measured':>10} {'error':>8}"
+    if fastest:
+        head += f" {'fastest':>10} {'error':>8}"
     lines = [head, "-" * len(head)]
+
+    def cells(v: dict[str, Any]) -> str:
+        err = f"{100 * v['rel_error']:+.1f}%" if v["rel_error"] is not None else "-"
+        meas = f"{v['measured']:.4g}" if v["measured"] is not None else "-"
+        return f"{meas:>10} {err:>8}"
+
     for arm, metrics in result["arms"].items():
         for name, v in metrics.items():
-            err = f"{100 * v['rel_error']:+.1f}%" if v["rel_error"] is not None else "-"
             sim = f"{v['sim']:.4g}" if v["sim"] is not None else "-"
-            meas = f"{v['measured']:.4g}" if v["measured"] is not None else "-"
-            lines.append(f"{arm:<10} {name:<13} {sim:>10} {meas:>10} {err:>8}")
+            line = f"{arm:<10} {name:<13} {sim:>10} {cells(v)}"
+            if arm in fastest:
+                line += f" {cells(fastest[arm][name])}"
+            lines.append(line)
     lines.append(f"per-step MAPE {100 * result['step_mape']:.2f}% (worst "
                  f"{100 * result['step_max_error']:.1f}%); same batches: "
                  f"{result['same_batches']}")

@@ -93,7 +93,9 @@ def test_fidelity_json_has_the_design_shape(result: Path) -> None:
     assert machine["slowdown_vs_calibration"] is None  # the hand-written profile has no probes
     assert doc["allocator"]["calibration"] is None
     assert doc["measured_repeat_spread"] is None  # one repeat: no run-to-run spread
-    assert set(doc["targets"]) == {"limits", "arms", "all_met", "machine_steady", "unsteady"}
+    assert set(doc["targets"]) == {"limits", "arms", "all_met", "arms_vs_fastest_repeat",
+                                   "all_met_vs_fastest_repeat", "machine_steady", "unsteady"}
+    assert doc["vs_fastest_repeat"] is None and doc["targets"]["arms_vs_fastest_repeat"] is None
     assert set(doc["targets"]["arms"]) == {"atomic", "per_depth", "mixed"}
     drift = doc["drift"]
     assert drift["kind"] == "decode"
@@ -219,3 +221,28 @@ def test_repeats_give_a_measured_spread(files: tuple[Path, Path], tmp_path: Path
     assert set(spread) == set(METRICS)
     assert all(v is not None and v >= 0 for v in spread.values())
     assert [r["repeat"] for r in doc["batches"]["runs"]] == [0, 1]
+
+
+def test_with_repeats_the_sim_is_also_compared_with_the_fastest_repeat(
+    files: tuple[Path, Path], tmp_path: Path
+) -> None:
+    import csv
+
+    scn, prof = files
+    out = tmp_path / "out"
+    assert main(["fidelity", str(scn), "--profile", str(prof), "--target", "cpu", "--out",
+                 str(out), "--no-progress", "--set", "repeats=2"]) == 0
+    doc = json.loads((out / "fidelity.json").read_text())
+    with (out / "steps.csv").open() as f:
+        rows = [r for r in csv.DictReader(f) if r["world"] == "measured"]
+    for arm, row in doc["vs_fastest_repeat"].items():
+        makespan = {rep: max(float(r["end_s"]) for r in rows
+                             if r["arm"] == arm and r["repeat"] == str(rep))
+                    for rep in (0, 1)}
+        assert row["repeat"] == min(makespan, key=makespan.__getitem__)
+        for name in METRICS:
+            v = row[name]
+            assert v["sim"] == doc["arms"][arm][name]["sim"]
+            assert v["rel_error"] == pytest.approx((v["sim"] - v["measured"]) / v["measured"])
+    assert set(doc["targets"]["arms_vs_fastest_repeat"]) == {"atomic", "per_depth", "mixed"}
+    assert doc["measured_repeat_spread"] is not None

@@ -30,9 +30,20 @@ def test_limits_are_ten_percent_for_p50s_and_fifteen_for_itl_p99() -> None:
     assert t["arms"]["atomic"]["itl_p99_ms"] is False
     assert t["arms"]["per_depth"]["itl_p50_ms"] is False
     assert t["all_met"] is False and t["machine_steady"] is True and t["unsteady"] == []
+    assert t["arms_vs_fastest_repeat"] is None and t["all_met_vs_fastest_repeat"] is None
     lines = target_lines(t)
-    assert "met in mixed; missed in atomic, per_depth" in lines[0]
+    assert lines[0].endswith("vs the median measured run: met in mixed; missed in atomic, "
+                             "per_depth")
     assert lines[1] == "machine steady: yes"
+
+
+def test_with_repeats_the_fastest_repeat_is_checked_too() -> None:
+    arms = _arms(mixed=(-0.16, 0.0, -0.11))
+    fastest = _arms(mixed=(-0.05, 0.02, -0.08))
+    t = targets(arms, _drift((1.0, 1.1)), STEADY_PROBES, fastest)
+    assert t["all_met"] is False and t["all_met_vs_fastest_repeat"] is True
+    lines = target_lines(t)
+    assert lines[0].endswith("missed in mixed") and lines[1].endswith("met in mixed")
 
 
 def test_a_drifting_run_or_a_shifted_probe_marks_the_machine_unsteady() -> None:
@@ -43,7 +54,7 @@ def test_a_drifting_run_or_a_shifted_probe_marks_the_machine_unsteady() -> None:
     shifted = {"probe_s_before": {"decode": 0.010}, "probe_s_after": {"decode": 0.0145}}
     t = targets(arms, _drift((1.0, 1.1)), shifted)
     assert t["unsteady"] == ["probe decode read 1.45x after the runs what it read before"]
-    assert target_lines(t)[1].startswith("machine steady: no (probe decode read 1.45x")
+    assert target_lines(t)[-1].startswith("machine steady: no (probe decode read 1.45x")
 
 
 def test_a_missing_metric_is_not_counted_as_met() -> None:
