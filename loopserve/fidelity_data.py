@@ -52,9 +52,9 @@ class _Capture:
         self.cost = cost
         self.batches: list[Batch] = []
 
-    def step_time(self, batch: Batch) -> float:
+    def step_time(self, batch: Batch, prev: Batch | None = None) -> float:
         self.batches.append(batch)
-        return float(self.cost.step_time(batch))
+        return float(self.cost.step_time(batch, prev))
 
     def breakdown(self, batch: Batch) -> dict[str, float]:
         return dict(self.cost.breakdown(batch))
@@ -256,7 +256,7 @@ def compare(plan: Plan, sim: list[WorldRun], world: RealWorld, cost: CalibratedC
     for r in real:
         steps = r.records.steps
         for i, (s, b) in enumerate(zip(steps, r.batches, strict=True)):
-            pred.append(cost.execute_time(b))
+            pred.append(cost.execute_time(b, r.batches[i - 1] if i else None))
             meas.append(s.end_s - s.start_s)
             cpu.append(r.cpu_s[i] if i < len(r.cpu_s) else float("nan"))
             kinds.append(s.kind)

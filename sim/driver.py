@@ -24,6 +24,7 @@ from typing import Any
 import simpy
 
 from engine.core.arrivals import ArrivalFeeder
+from engine.core.batch import Batch
 from engine.core.config import EngineConfig
 from engine.core.engine_core import EngineCore
 from engine.core.fake_executor import SignalFn
@@ -81,6 +82,7 @@ class _SimRun:
         env, core, executor, cost = self.env, self.core, self.executor, self.cost
         recorder, feeder = self.recorder, self.feeder
         now = env.now
+        prev: Batch | None = None
         while True:
             if feeder.next_due_s <= now:
                 feeder.submit_due(now)
@@ -101,7 +103,8 @@ class _SimRun:
                 continue
             start = now
             result = executor.execute(batch)
-            duration = cost.step_time(batch)
+            duration = cost.step_time(batch, prev)
+            prev = batch
             if not duration >= 0.0:
                 raise ValueError(f"cost model returned {duration!r} s for step {batch.step_id}")
             end = now = start + duration

@@ -14,12 +14,12 @@ from engine.llm import build_runner
 from loopserve.cli import main
 from sim.calibration.allocator import steady_allocator
 from sim.calibration.measure import CalibrationRig, config_for, measure_shapes, shape_of
-from sim.calibration.shapes import QUICK, shape_grid
+from sim.calibration.shapes import QUICK, Shape, shape_grid
 from sim.cost.calibrated import load_profile
 from sim.cost.features import batch_features
 from sim.shapes import TINY
 
-KINDS = {"decode", "prompt", "mixed", "prefill", "prelude", "coda"}
+KINDS = {"decode", "prompt", "mixed", "prefill", "prelude", "coda", "decode_after_prompt"}
 QUICK_ARGS = ["--target", "cpu", "--model", "tiny", "--quick", "--repeats", "2",
               "--max-seconds", "30", "--no-progress"]
 
@@ -42,7 +42,8 @@ def test_quick_calibration_writes_a_valid_profile(calibrated: Path) -> None:
     assert p.num_threads == 1 and p.block_size == 16
     assert p.held_out_mape is not None and p.held_out_mape >= 0
     assert set(p.held_out_mape_by_stage or {}) == KINDS
-    assert p.num_held_out_shapes == sum(QUICK.held_out_per_kind.values())
+    assert p.num_held_out_shapes == sum(QUICK.held_out_per_kind.values()) + QUICK.held_out_per_kind[
+        "decode"]  # the held-out decode shapes are also timed after a prompt step
     assert p.repeats is not None and 1 <= p.repeats <= 2
     assert set(p.probe_s or {}) == {"decode_small", "decode_large", "prompt"}
     assert p.allocator == steady_allocator()  # the settings the measurement ran under
@@ -72,7 +73,8 @@ def test_rig_builds_batches_that_reproduce_their_shapes() -> None:
     for shape in shapes:
         batch, live = rig.build(shape)
         try:
-            assert batch.kind_label == shape.kind
+            # a decode call timed after a prompt step is still a decode call
+            assert batch.kind_label == shape.kind.removesuffix("_after_prompt")
             again = shape_of(batch)
             assert (again.decode, again.prompts, again.rows) == (
                 shape.decode, shape.prompts, shape.rows)
@@ -132,3 +134,16 @@ def test_gpu_short_names(monkeypatch: pytest.MonkeyPatch, name: str, short: str)
     monkeypatch.setattr(torch.cuda, "get_device_name", lambda device=None: name)
     assert hardware_name(torch.device("cuda")) == short
     assert hardware_name(torch.device("cpu")) == "cpu"
+
+
+def test_decode_after_prompt_is_timed_after_a_prompt_step() -> None:
+    from sim.calibration.measure import AFTER_PROMPT_CHUNK, AFTER_PROMPT_PREFIX, _predecessor
+
+    after = [s for s in shape_grid(QUICK) if s.kind == "decode_after_prompt"]
+    assert after and {s.decode for s in after} <= {
+        s.decode for s in shape_grid(QUICK) if s.kind == "decode"}
+    before = _predecessor(after[0])
+    assert before is not None and before.kind == "prompt"
+    assert [(p.prefix, p.chunk, p.depth) for p in before.prompts] == [
+        (AFTER_PROMPT_PREFIX, AFTER_PROMPT_CHUNK, 1)]
+    assert _predecessor(Shape("decode", decode=after[0].decode)) is None  # timed warm

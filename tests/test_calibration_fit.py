@@ -174,7 +174,7 @@ def test_shape_grid_covers_every_kind_and_holds_out_off_grid_shapes() -> None:
         fit = fit_shapes(spec)
         held = held_out_shapes(spec)
         assert {s.kind for s in fit} == {s.kind for s in held} == {
-            "decode", "prompt", "mixed", "prefill", "prelude", "coda"}
+            "decode", "prompt", "mixed", "prefill", "prelude", "coda", "decode_after_prompt"}
         assert not any(s.held_out for s in fit) and all(s.held_out for s in held)
         mixed = [s for s in fit if s.kind == "mixed"]
         assert any(p.fused for s in mixed for p in s.prompts)
@@ -194,3 +194,54 @@ def test_resolver_finds_profiles_and_auto_falls_back_to_roofline(
     assert find_profile("cpu", "no-such-model") == path
     assert resolve_cost("auto", None, "cpu", "no-such-model") == ("calibrated", str(path))
     assert resolve_cost("roofline", None, "cpu", "no-such-model") == ("roofline", None)
+
+
+def test_a_decode_call_after_prompt_work_uses_the_after_prompt_stage() -> None:
+    data = _profile_dict()
+    data["stages"]["decode_after_prompt"] = {  # type: ignore[index]
+        "features": ["decode_rows"], "coef": [1e-5], "intercept_s": 5e-3}
+    cost = CalibratedCost(data)
+    decode = Batch(1, Stage.RECURRENT, (ScheduledItem("a", 0, ItemKind.DECODE, 9, 1),))
+    prompt = Batch(0, Stage.RECURRENT, (ScheduledItem("b", 0, ItemKind.PROMPT, 0, 8),))
+    prefill = Batch(0, Stage.PREFILL, (ScheduledItem("b", 0, ItemKind.PROMPT, 0, 8,
+                                                     num_depths=4),))
+    mixed = Batch(0, Stage.RECURRENT, decode.items + prompt.items)
+    warm = cost.execute_time(decode)
+    assert warm == cost.execute_time(decode, decode) < 5e-3
+    for prev in (prompt, prefill, mixed):
+        assert cost.execute_time(decode, prev) == pytest.approx(5e-3 + 1e-5)
+        assert cost.step_time(decode, prev) == pytest.approx(5e-3 + 1e-5 + 3e-5 + 2e-6)
+    # without the stage (older profiles) a decode call after prompt work is priced warm
+    assert CalibratedCost(_profile_dict()).execute_time(decode, prompt) == warm
+
+
+def test_the_simulator_prices_each_step_after_the_one_before_it() -> None:
+    from engine.core import SamplingParams
+    from engine.core.records import ArrivalSpec
+    from sim import simulate
+    from tests.helpers import make_config
+
+    data = _profile_dict()
+    stages = data["stages"]  # type: ignore[index]
+    for kind in ("prompt", "mixed", "prefill", "coda"):
+        stages[kind] = {"features": [], "coef": [], "intercept_s": 2e-3}
+    stages["decode_after_prompt"] = {"features": [], "coef": [], "intercept_s": 7e-3}
+
+    class Source:
+        def initial(self) -> list[ArrivalSpec]:
+            return [ArrivalSpec(f"r{i}", tuple(range(24)), SamplingParams(max_tokens=4), 0.0)
+                    for i in range(3)]
+
+        def on_token(self, event: object) -> list[ArrivalSpec]:
+            return []
+
+    cfg = make_config("per_depth", max_num_seqs=3, max_num_batched_tokens=16,
+                      prefill_chunk_size=8)
+    rec = simulate(cfg, Source(), CalibratedCost(data))
+    decode_after = [(p, s) for p, s in zip(rec.steps, rec.steps[1:], strict=False)
+                    if s.kind == "decode" and p.kind in ("prompt", "prefill", "mixed")]
+    decode_warm = [s for p, s in zip(rec.steps, rec.steps[1:], strict=False)
+                   if s.kind == "decode" and p.kind not in ("prompt", "prefill", "mixed")]
+    assert decode_after and decode_warm
+    assert all(s.end_s - s.start_s > 7e-3 for _, s in decode_after)  # + the step gap
+    assert all(s.end_s - s.start_s < 5e-3 for s in decode_warm)

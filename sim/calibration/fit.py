@@ -23,6 +23,8 @@ from sim.cost.calibrated import GridTerm, StageFit
 CANDIDATES: dict[str, tuple[str, ...]] = {
     "decode": ("decode_rows", "decode_padded_context", "context_sum", "context_max",
                "finalize_copies"),
+    "decode_after_prompt": ("decode_rows", "decode_padded_context", "context_sum",
+                            "context_max", "finalize_copies"),
     "prompt": ("prompt_tokens", "prompt_seqs", "prompt_context", "prompt_kv_tokens",
                "fused_prelude_rows"),
     "mixed": ("decode_rows", "decode_padded_context", "prompt_tokens", "prompt_seqs",
@@ -35,6 +37,7 @@ CANDIDATES: dict[str, tuple[str, ...]] = {
 }
 GRID_CANDIDATES: dict[str, tuple[str, ...]] = {
     "decode": ("decode_padded_context",),
+    "decode_after_prompt": ("decode_padded_context",),
     "mixed": ("decode_padded_context", "prompt_context"),
     "prompt": ("prompt_context",),
     "prefill": ("prompt_context",),

@@ -34,11 +34,18 @@ from sim.calibration.shapes import Shape
 _STAGES = {"prelude": Stage.PRELUDE, "coda": Stage.CODA, "prefill": Stage.PREFILL}
 
 
+# The prompt step a ``decode_after_prompt`` shape is timed after: a typical per-depth chunk.
+AFTER_PROMPT_PREFIX, AFTER_PROMPT_CHUNK = 256, 64
+
+
 def _predecessor(shape: Shape) -> Shape | None:
     """The untimed step run before a timed one, as in serving: a core call is preceded by a
-    like core call (itself), CODA by the last depth of its rows' decode, PRELUDE by CODA."""
-    from sim.calibration.shapes import DecodeRow
+    like core call (itself), CODA by the last depth of its rows' decode, PRELUDE by CODA, a
+    ``decode_after_prompt`` call by a prompt step."""
+    from sim.calibration.shapes import DecodeRow, PromptChunk
 
+    if shape.kind == "decode_after_prompt":
+        return Shape("prompt", prompts=(PromptChunk(AFTER_PROMPT_PREFIX, AFTER_PROMPT_CHUNK, 1),))
     if shape.kind == "coda":
         return Shape("decode", decode=tuple(DecodeRow(256, 3) for _ in range(shape.rows)))
     if shape.kind == "prelude":

@@ -15,7 +15,8 @@ import itertools
 import random
 from dataclasses import dataclass, field
 
-KINDS: tuple[str, ...] = ("decode", "prompt", "mixed", "prefill", "prelude", "coda")
+KINDS: tuple[str, ...] = ("decode", "prompt", "mixed", "prefill", "prelude", "coda",
+                          "decode_after_prompt")
 
 
 @dataclass(frozen=True, slots=True)
@@ -110,6 +111,11 @@ def fit_shapes(spec: GridSpec) -> list[Shape]:
         for c in spec.contexts:
             for spread in (False, True):
                 out.append(Shape("decode", decode=_decode_rows(n, c, spread, D)))
+    # The spread decode shapes again, timed right after a prompt step (measure._predecessor):
+    # in A0/A1 every decode call during prompt processing follows prompt work.
+    spread = [s for s in out if s.kind == "decode"
+              and (len(s.decode) == 1 or len({r.depth for r in s.decode}) > 1)]
+    out += [_after_prompt(s) for s in spread]
     for chunk in spec.chunks:
         for prefix in spec.prefixes:
             out.append(Shape("prompt", prompts=(PromptChunk(prefix, chunk, 0, True),)))
@@ -191,7 +197,12 @@ def held_out_shapes(spec: GridSpec, seed: int = 1) -> list[Shape]:
     for kind in ("prelude", "coda"):
         for _ in range(n.get(kind, 0)):
             out.append(Shape(kind, rows=rng.randint(1, max_rows), held_out=True))
-    return out
+    # The held-out decode shapes again, timed after a prompt step (no further draws).
+    return out + [_after_prompt(s) for s in out if s.kind == "decode"]
+
+
+def _after_prompt(shape: Shape) -> Shape:
+    return Shape("decode_after_prompt", decode=shape.decode, held_out=shape.held_out)
 
 
 def shape_grid(spec: GridSpec, seed: int = 1) -> list[Shape]:

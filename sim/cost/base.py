@@ -27,8 +27,10 @@ class CostModel(Protocol):
     total (a roofline takes the max of memory and compute time per call).
     """
 
-    def step_time(self, batch: Batch) -> float:
-        """Simulated seconds the step takes."""
+    def step_time(self, batch: Batch, prev: Batch | None = None) -> float:
+        """Simulated seconds the step takes; ``prev`` is the step that ran just before it on
+        the same engine (None for the first), for models that charge for what it left in
+        the caches."""
 
     def breakdown(self, batch: Batch) -> dict[str, float]:
         """Named cost terms of the step, in seconds, plus ``total_s``."""

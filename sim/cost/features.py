@@ -44,7 +44,8 @@ FEATURE_NAMES: tuple[str, ...] = (
     "prompt_context",
     "prompt_kv_tokens",
 )
-STAGE_KINDS: tuple[str, ...] = ("decode", "prompt", "mixed", "prefill", "prelude", "coda")
+STAGE_KINDS: tuple[str, ...] = ("decode", "prompt", "mixed", "prefill", "prelude", "coda",
+                                "decode_after_prompt")
 
 
 def batch_features(batch: Batch) -> dict[str, float]:

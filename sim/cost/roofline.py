@@ -49,7 +49,7 @@ class RooflineCost:
         self.weights_s = self.weight_bytes / self._bw
         self._memo: dict[tuple[Stage, int], float] = {}
 
-    def step_time(self, batch: Batch) -> float:
+    def step_time(self, batch: Batch, prev: Batch | None = None) -> float:
         # Fast paths for the shapes that dominate a run; ``_cost`` is the reference (a test
         # checks that both agree on every batch of every arm).
         stage = batch.stage
