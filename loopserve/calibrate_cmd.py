@@ -184,7 +184,7 @@ def summary(result: CalibrationResult) -> str:
     """Per-stage table: chosen features, CV and held-out errors, in-situ error."""
     import numpy as np
 
-    lines = [f"{'stage':<9} {'fit':>4} {'held':>4} {'cv MAPE':>8} {'held-out MAPE':>14} "
+    lines = [f"{'stage':<19} {'fit':>4} {'held':>4} {'cv MAPE':>8} {'held-out MAPE':>14} "
              f"{'worst':>7} {'in-situ':>8}  model"]
     for kind, r in [*result.stages.items(),
                     *([("step_gap", result.gap)] if result.gap is not None else [])]:
@@ -196,7 +196,7 @@ def summary(result: CalibrationResult) -> str:
         ho = f"{100 * r.held_out_mape:.1f}%" if r.held_out_mape is not None else "-"
         worst = f"{100 * r.held_out_max_error:.1f}%" if r.held_out_max_error is not None else "-"
         st = f"{100 * float(np.median(situ)):.1f}%" if situ else "-"
-        lines.append(f"{kind:<9} {r.num_fit:>4} {r.num_held_out:>4} {100 * r.cv_mape:>7.1f}% "
+        lines.append(f"{kind:<19} {r.num_fit:>4} {r.num_held_out:>4} {100 * r.cv_mape:>7.1f}% "
                      f"{ho:>14} {worst:>7} {st:>8}  {r.fit.intercept_s * 1e3:.3f} ms + {feats}")
     p = result.profile.provenance
     if p.held_out_mape is not None:

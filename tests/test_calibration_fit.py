@@ -245,3 +245,15 @@ def test_the_simulator_prices_each_step_after_the_one_before_it() -> None:
     assert decode_after and decode_warm
     assert all(s.end_s - s.start_s > 7e-3 for _, s in decode_after)  # + the step gap
     assert all(s.end_s - s.start_s < 5e-3 for s in decode_warm)
+
+
+def test_in_situ_decode_after_prompt_work_is_scored_by_the_after_prompt_model() -> None:
+    from sim.calibration.host_gap import execute_samples
+
+    decode = Batch(1, Stage.RECURRENT, (ScheduledItem("a", 0, ItemKind.DECODE, 9, 1),))
+    prompt = Batch(0, Stage.RECURRENT, (ScheduledItem("b", 0, ItemKind.PROMPT, 0, 8),))
+    samples = execute_samples([decode, prompt, decode, decode], [1e-3, 2e-3, 0.0, 1e-3], "run")
+    assert [s.kind for s in samples] == ["decode", "prompt", "decode"]  # t <= 0 is dropped
+    samples = execute_samples([prompt, decode, decode], [2e-3, 1e-3, 1e-3], "run")
+    assert [s.kind for s in samples] == ["prompt", "decode_after_prompt", "decode"]
+    assert all(s.held_out for s in samples)
