@@ -66,6 +66,8 @@ def test_dry_run_runs_every_stage_and_passes(dry_run: tuple[subprocess.Completed
     for name in ("wheels", "env", "ceilings", "pytest", "core", "runs"):
         assert stages[name]["status"] == "ok", stages[name]
     assert stages["calibrate"]["status"] in ("ok", "n/a"), stages["calibrate"]
+    assert (stages["fidelity"]["status"], stages["fidelity"]["detail"]) == (
+        "skipped", "runs only with --only")
     # The carried wheel went through the offline pip install.
     assert "gpucheck_probe-0.1.dist-info" in results["wheels"]["installed"]
     assert results["imports"]["torch"] and results["imports"]["simpy"]
@@ -236,3 +238,23 @@ def test_ratios_come_from_the_medians(tmp_path: Path) -> None:
     assert gpu_outputs.a2_a0_ratios(path) == {"itl_p99": 0.4, "output_tok_s": 1.25}
     path.write_text(json.dumps({"medians": [row("atomic", 10.0, 100.0)]}))
     assert gpu_outputs.a2_a0_ratios(path) == {"itl_p99": None, "output_tok_s": None}
+
+
+def test_fidelity_runs_against_the_profile_calibrate_just_measured(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    env = {k: v for k, v in os.environ.items() if k != "OUT"}
+    proc = subprocess.run(
+        [sys.executable, "-m", "tools.gpu_check", "--device", "cpu", "--out", str(out),
+         "--wheels", str(tmp_path / "none"), "--only", "calibrate,fidelity"],
+        cwd=REPO, env=env, capture_output=True, text=True, timeout=300, check=False,
+    )
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]
+    results = json.loads((out / "gpu_check.json").read_text())
+    stages = {s["name"]: s["status"] for s in results["stages"]}
+    assert stages["calibrate"] == stages["fidelity"] == "ok"
+    assert set(results["fidelity"]["arms"]) == {"atomic", "per_depth", "mixed"}
+    assert results["fidelity"]["step_mape"] >= 0 and results["fidelity"]["targets"]
+    with tarfile.open(out / "fidelity.tar.gz") as tar:
+        names = tar.getnames()
+    assert "fidelity/fidelity.json" in names and "fidelity/report.html" in names
+    assert not gpu_outputs.limit_problems(out)

@@ -130,11 +130,12 @@ class Check:
     # ---- driver ------------------------------------------------------------------------------
     def run_stage(self, spec: gpu_stages.StageSpec, later: list[gpu_stages.StageSpec]) -> None:
         fn: Callable[[Check, float], str] = getattr(gpu_stages, spec.name)
-        if self.only is not None and spec.name not in self.only:
-            self.stages.append(StageResult(spec.name, "skipped", 0.0, "not in --only"))
+        if not spec.selected(self.only):
+            why = "not in --only" if self.only is not None else "runs only with --only"
+            self.stages.append(StageResult(spec.name, "skipped", 0.0, why))
             return
         left = self.budget_s - (time.monotonic() - self.start) - FINALIZE_RESERVE_S
-        reserve = sum(s.reserve for s in later if self.only is None or s.name in self.only)
+        reserve = sum(s.reserve for s in later if s.selected(self.only))
         cap = min(spec.cap_cpu if self.dry else spec.cap_cuda, left - reserve)
         if cap < MIN_CAP_S:
             self.stages.append(StageResult(spec.name, "skipped", 0.0, "no time left in budget"))
@@ -232,7 +233,7 @@ def main(argv: list[str] | None = None) -> int:
         ap.error(f"--only: unknown stage(s) {', '.join(sorted(unknown))}")
     budget = args.budget_s or (450.0 if args.device == "cuda" else 240.0)
     need = FINALIZE_RESERVE_S + sum(s.reserve for s in gpu_stages.STAGES
-                                    if only is None or s.name in only)
+                                    if s.selected(only))
     if budget < need:
         ap.error(f"--budget-s: {budget:.0f}s is less than the {need:.0f}s the selected stages "
                  "reserve; raise it or run fewer stages with --only")

@@ -41,12 +41,17 @@ _BUDGET_FLAG = re.compile(r"(--(?:budget|time-limit|max-time)[\w-]*)")
 
 @dataclass(frozen=True)
 class StageSpec:
-    """A stage: its cap in seconds on CUDA and on CPU, and the time it keeps in reserve."""
+    """A stage: its cap in seconds on CUDA and on CPU, and the time it keeps in reserve.
+    A stage that is not ``default`` runs only when ``--only`` names it."""
 
     name: str
     cap_cuda: float
     cap_cpu: float
     reserve: float
+    default: bool = True
+
+    def selected(self, only: set[str] | None) -> bool:
+        return self.default if only is None else self.name in only
 
 
 STAGES = (
@@ -57,6 +62,9 @@ STAGES = (
     StageSpec("core", 90, 60, 20),
     StageSpec("runs", 240, 120, 60),
     StageSpec("calibrate", 120, 60, 20),
+    # Needs the calibrate stage's profile, and its own budget on a GPU: a second call,
+    # `--only calibrate,fidelity --budget-s 400` (docs/gpu.md).
+    StageSpec("fidelity", 240, 60, 20, default=False),
 )
 
 
@@ -257,6 +265,32 @@ def calibrate(c: Check, cap: float) -> str:
     require(proc, "loopserve calibrate")
     return f"calibrated; {len(changed)} profile(s) written" + (
         "; packed calibrate.tar.gz" if folders else "")
+
+
+def fidelity(c: Check, cap: float) -> str:
+    """``loopserve fidelity`` of the runs' scenario against the profile the calibrate stage
+    just measured: the simulator's error on a dedicated device (a shared CPU drifts too much
+    to show it), packed as fidelity.tar.gz."""
+    need_cuda(c)
+    found = sorted(p for p in (c.scratch / "calibrate").glob("*.json") if p.name != "env.json")
+    if not found:
+        raise NotAvailable("fidelity: the calibrate stage wrote no profile")
+    dest = c.scratch / "fidelity"
+    args = ["fidelity", SCENARIO, "--profile", str(found[0]), "--target", c.device,
+            "--out", str(dest), "--no-progress"]
+    if c.dry:  # the tiny model's profile was measured on the CPU
+        args += [a for s in (*DRY_RUN_SETS, "hardware=cpu") for a in ("--set", s)]
+    proc = c.loopserve(args, cap - 5)
+    if dest.is_dir():
+        gpu_outputs.pack(c.out / "fidelity.tar.gz", {"fidelity": dest})
+    require(proc, "loopserve fidelity")
+    doc = json.loads((dest / "fidelity.json").read_text())
+    c.results["fidelity"] = {"step_mape": doc["step_mape"], "arms": doc["arms"],
+                             "targets": doc.get("targets")}
+    worst = max((abs(v["rel_error"]) for row in doc["arms"].values() for v in row.values()
+                 if v["rel_error"] is not None), default=float("nan"))
+    return (f"per-step MAPE {100 * doc['step_mape']:.1f}%, worst metric error "
+            f"{100 * worst:.1f}%; packed fidelity.tar.gz")
 
 
 def need_cuda(c: Check) -> None:
