@@ -207,6 +207,9 @@ def main(argv: list[str] | None = None) -> int:
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
+    slowest = result["min_median_core_calls_s"]
+    verdict = "met" if slowest >= TARGET_CORE_CALLS_S else "MISSED"
+    print(f"slowest arm: {slowest:,.0f} core calls/s; target {TARGET_CORE_CALLS_S:,}: {verdict}")
     print(f"wrote {final}/bench.json")
     return 0
 
