@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from engine.core.batch import Batch
-from engine.core.request import Request, SamplingParams, Stage
+from engine.core.request import Request, SamplingParams
 from engine.core.results import StepRecord, TokenEvent
 
 
@@ -90,9 +90,8 @@ class RunRecords:
 class RunRecorder:
     """Collects records; drivers call it around every step and on every finish.
 
-    ``step`` writes exactly the row ``StepRecord.from_batch`` builds (a test compares them on
-    every arm) in one pass over the items, with the depth strings memoised: it runs once per
-    step of every simulated run.
+    ``step`` writes ``StepRecord.from_batch`` rows with the depth strings memoised (a test
+    compares them with the unmemoised rows on every arm): it runs once per simulated step.
     """
 
     def __init__(self, num_depths: int, record_batches: bool = False) -> None:
@@ -125,25 +124,8 @@ class RunRecorder:
     def step(
         self, batch: Batch, start_s: float, end_s: float, events: Iterable[TokenEvent]
     ) -> None:
-        # Identity tests, not dict lookups: an Enum's __hash__ and .value run in Python.
-        stage = batch.stage
-        depths, mixed = "", False
-        if stage is Stage.RECURRENT:
-            name, depths, mixed = "RECURRENT", self._depths(batch), batch.is_mixed
-            label = "mixed" if mixed else "decode" if batch.num_prompt_items == 0 else "prompt"
-        elif stage is Stage.PREFILL:
-            name, label, depths = "PREFILL", "prefill", self._depths(batch)
-        elif stage is Stage.CODA:
-            name, label = "CODA", "coda"
-        elif stage is Stage.PRELUDE:
-            name, label = "PRELUDE", "prelude"
-        else:
-            raise ValueError(f"step {batch.step_id}: a {stage.value} batch cannot run")
-        self.records.steps.append(StepRecord(
-            batch.step_id, start_s, end_s, name, label, batch.core_calls,
-            batch.num_decode_items, batch.num_prompt_items, batch.num_prompt_tokens,
-            batch.num_fused_prelude_items, depths, mixed,
-        ))
+        depths = self._depths(batch) if batch.core_calls else ""
+        self.records.steps.append(StepRecord.from_batch(batch, start_s, end_s, depths))
         self.records.tokens.extend(events)
         if self.record_batches:
             self.records.batches.append(batch_signature(batch))

@@ -105,20 +105,17 @@ class StepRecord:
         self.mixed = mixed
 
     @classmethod
-    def from_batch(cls, batch: Batch, start_s: float, end_s: float) -> StepRecord:
+    def from_batch(
+        cls, batch: Batch, start_s: float, end_s: float, depths: str | None = None
+    ) -> StepRecord:
+        """The row of ``batch``; ``depths`` may be given already formatted (a recorder
+        memoises it), else it is built from ``Batch.depth_counts``."""
+        if depths is None:
+            depths = ";".join(f"{d}:{n}" for d, n in batch.depth_counts().items())
         return cls(
-            step=batch.step_id,
-            start_s=start_s,
-            end_s=end_s,
-            stage=batch.stage.value,
-            kind=batch.kind_label,
-            core_calls=batch.core_calls,
-            num_decode_items=batch.num_decode_items,
-            num_prompt_items=batch.num_prompt_items,
-            num_prompt_tokens=batch.num_prompt_tokens,
-            num_fused_prelude_items=batch.num_fused_prelude_items,
-            depths=";".join(f"{d}:{n}" for d, n in batch.depth_counts().items()),
-            mixed=batch.is_mixed,
+            batch.step_id, start_s, end_s, batch.stage.value, batch.kind_label,
+            batch.core_calls, batch.num_decode_items, batch.num_prompt_items,
+            batch.num_prompt_tokens, batch.num_fused_prelude_items, depths, batch.is_mixed,
         )
 
 

@@ -20,7 +20,7 @@ chunk sizes the scenarios use.
 
 from __future__ import annotations
 
-from engine.core.batch import Batch, FinalizeOp, ItemKind
+from engine.core.batch import Batch, FinalizeOp
 from engine.core.config import ModelShape
 from engine.core.request import Stage
 from sim.cost.base import HardwarePreset, item_context
@@ -47,38 +47,9 @@ class RooflineCost:
         self.lm_head_flops_per_row = 2 * m.hidden_size * m.vocab_size
         self.host_call_s = hardware.host_call_s + hardware.host_layer_s * m.num_layers
         self.weights_s = self.weight_bytes / self._bw
-        self._memo: dict[tuple[Stage, int], float] = {}
 
     def step_time(self, batch: Batch, prev: Batch | None = None) -> float:
-        # Fast paths for the shapes that dominate a run; ``_cost`` is the reference (a test
-        # checks that both agree on every batch of every arm).
-        stage = batch.stage
-        hk = batch.housekeeping
-        extra = self._finalize_s(hk.finalize) if hk.finalize else 0.0
-        if stage is Stage.RECURRENT:
-            rows = kv = ctx = fused = 0
-            for it in batch.items:
-                if it.kind is ItemKind.DECODE:
-                    p = it.position + 1
-                    rows += 1
-                    kv += p
-                    ctx += p
-                else:
-                    s, n = it.position, it.num_tokens
-                    rows += n
-                    kv += s + n
-                    ctx += n * s + n * (n + 1) // 2
-                    if it.fused_prelude:
-                        fused += n
-            return self.hardware.step_overhead_s + extra + self._call_s(rows, kv, ctx, fused)
-        if stage is Stage.PREFILL:
-            return self._cost(batch, None)
-        n = len(batch.items)
-        key = (stage, n)
-        base = self._memo.get(key)
-        if base is None:
-            base = self._memo[key] = self._cost(Batch(0, stage, batch.items), None)
-        return base + extra
+        return self._cost(batch, None)
 
     def _call_s(self, rows: int, kv_tokens: int, ctx_sum: int, fused_rows: int) -> float:
         """One core call: roofline of its bytes and FLOPs plus the host overhead."""
