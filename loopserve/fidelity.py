@@ -98,8 +98,11 @@ def main(args: argparse.Namespace, argv: list[str]) -> int:
     scn = load_scenario(args.scenario, args.sets)
     prof = check_profile(args.profile, scn, args.target)
     profile_abs = str(Path(args.profile).resolve())
-    cal = load_scenario(args.scenario, [*args.sets, "cost=" + json.dumps(
-        {"kind": "calibrated", "profile": profile_abs})])
+    sets = [*args.sets, "cost=" + json.dumps({"kind": "calibrated", "profile": profile_abs})]
+    if args.target == "cpu" and prof.provenance.num_threads:
+        # Measure with the threads the profile was measured with (recorded in scenario.yaml).
+        sets.append(f"runner.num_threads={prof.provenance.num_threads}")
+    cal = load_scenario(args.scenario, sets)
     sim_plan = plan_runs(cal, "sim")
     real_plan = plan_runs(cal, args.target)
     from sim.calibration.allocator import steady_allocator

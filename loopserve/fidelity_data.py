@@ -95,31 +95,22 @@ class RealWorld:
 
 
 def run_real(plan: Plan, profile: Profile, *, progress: bool = True) -> RealWorld:
-    """Every planned run on the real target with the profile's CPU thread count; a warm-up
-    run first when the scenario asks for it (discarded); the calibration probes around it."""
-    import torch
-
-    before = torch.get_num_threads()
-    if plan.target == "cpu" and profile.provenance.num_threads:
-        torch.set_num_threads(profile.provenance.num_threads)
-    try:
-        return _run_real(plan, progress, profile.provenance.block_size or 16)
-    finally:
-        torch.set_num_threads(before)
+    """Every planned run on the real target (the plan's scenario carries the profile's CPU
+    thread count, see ``loopserve.fidelity``); a warm-up run first when the scenario asks
+    for it (discarded); the calibration probes around it."""
+    return _run_real(plan, progress, profile.provenance.block_size or 16)
 
 
 def _probes(target: Any, block_size: int) -> dict[str, float]:
-    from engine.llm import build_runner
     from sim.calibration.measure import CalibrationRig, config_for, probe_shapes, time_probes
 
     cfg = config_for(target.model.config.to_shape(), list(probe_shapes().values()), block_size)
-    rig = CalibrationRig(build_runner(target.model, cfg, target.device, target.dtype, 0,
-                                      target.attention_backend), cfg)
+    rig = CalibrationRig(target.runner(cfg, 0), cfg)
     return time_probes(rig)
 
 
 def _run_real(plan: Plan, progress: bool, block_size: int) -> RealWorld:
-    from engine.llm import build_runner, run_realtime
+    from engine.llm import run_realtime
     from loopserve.metrics import summarize
     from loopserve.realtime import RealTarget
     from sim.calibration.host_gap import RecordingRunner
@@ -128,8 +119,7 @@ def _run_real(plan: Plan, progress: bool, block_size: int) -> RealWorld:
     by_id = {p.point_id: p for p in plan.points}
 
     def one(spec: RunSpec) -> tuple[RunRecords, RecordingRunner]:
-        runner = RecordingRunner(build_runner(target.model, spec.cfg, target.device,
-                                              target.dtype, spec.seed, target.attention_backend))
+        runner = RecordingRunner(target.runner(spec.cfg, spec.seed))
         src = build_source(by_id[spec.point_id].scenario, spec.seed, plan.shape)
         # Batches come from the runner (signatures after the run), so the timed loop is the
         # one `loopserve run` times.

@@ -14,8 +14,6 @@ from engine.core.records import ArrivalSource, RunRecords
 from loopserve.errors import UserError
 from loopserve.schema.scenario import Scenario
 
-_DTYPES = {"float32": "float32", "bfloat16": "bfloat16", "float16": "float16"}
-
 
 def check_target(target: str) -> None:
     """Raise a UserError when the real engine or the device is unavailable."""
@@ -41,7 +39,7 @@ class RealTarget:
 
         self.device = target
         r = scn.runner
-        self.dtype = getattr(torch, _DTYPES[r.dtype]) if r.dtype else default_dtype(target)
+        self.dtype = getattr(torch, r.dtype) if r.dtype else default_dtype(target)
         self.attention_backend = r.attention_backend
         if target == "cpu":
             from sim.calibration.allocator import steady_allocator
@@ -55,12 +53,18 @@ class RealTarget:
         except (ValueError, OSError, KeyError) as err:
             raise UserError.from_value_error(ValueError(str(err)), "model") from None
 
-    def run(self, cfg: EngineConfig, source: ArrivalSource, seed: int) -> RunRecords:
-        from engine.llm import build_runner, run_realtime
+    def runner(self, cfg: EngineConfig, seed: int) -> Any:
+        """A fresh ModelRunner for one run; UserError naming the runner field if it cannot
+        be built (an unavailable attention backend, say)."""
+        from engine.llm import build_runner
 
         try:
-            runner: Any = build_runner(self.model, cfg, self.device, self.dtype, seed,
-                                       self.attention_backend)
+            return build_runner(self.model, cfg, self.device, self.dtype, seed,
+                                self.attention_backend)
         except ValueError as err:
             raise UserError.from_value_error(err, "runner") from None
-        return run_realtime(cfg, source, runner)
+
+    def run(self, cfg: EngineConfig, source: ArrivalSource, seed: int) -> RunRecords:
+        from engine.llm import run_realtime
+
+        return run_realtime(cfg, source, self.runner(cfg, seed))

@@ -246,3 +246,20 @@ def test_with_repeats_the_sim_is_also_compared_with_the_fastest_repeat(
             assert v["rel_error"] == pytest.approx((v["sim"] - v["measured"]) / v["measured"])
     assert set(doc["targets"]["arms_vs_fastest_repeat"]) == {"atomic", "per_depth", "mixed"}
     assert doc["measured_repeat_spread"] is not None
+
+
+def test_an_unavailable_attention_backend_is_a_one_line_error(
+        files: tuple[Path, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    scn, prof = files
+    out = tmp_path / "out"
+    assert main(["fidelity", str(scn), "--profile", str(prof), "--target", "cpu", "--out",
+                 str(out), "--no-progress", "--set", "runner.attention_backend=nope"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("loopserve: error: attention_backend") and "\n" not in err
+    assert not out.exists()
+
+
+def test_the_real_world_runs_with_the_profiles_thread_count(result: Path) -> None:
+    scn = yaml.safe_load((result / "scenario.yaml").read_text())
+    assert "num_threads" not in SCENARIO["runner"]
+    assert scn["runner"]["num_threads"] == profile()["provenance"]["num_threads"] == 1

@@ -23,8 +23,6 @@ from sim.cost.calibrated import GridTerm, StageFit
 CANDIDATES: dict[str, tuple[str, ...]] = {
     "decode": ("decode_rows", "decode_padded_context", "context_sum", "context_max",
                "finalize_copies"),
-    "decode_after_prompt": ("decode_rows", "decode_padded_context", "context_sum",
-                            "context_max", "finalize_copies"),
     "prompt": ("prompt_tokens", "prompt_seqs", "prompt_context", "prompt_kv_tokens",
                "fused_prelude_rows"),
     "mixed": ("decode_rows", "decode_padded_context", "prompt_tokens", "prompt_seqs",
@@ -35,15 +33,16 @@ CANDIDATES: dict[str, tuple[str, ...]] = {
     "coda": ("rows",),
     "step_gap": ("items", "rows", "core_calls", "decode_rows", "prompt_seqs"),
 }
+CANDIDATES["decode_after_prompt"] = CANDIDATES["decode"]  # the same call, colder caches
 GRID_CANDIDATES: dict[str, tuple[str, ...]] = {
     "decode": ("decode_padded_context",),
-    "decode_after_prompt": ("decode_padded_context",),
     "mixed": ("decode_padded_context", "prompt_context"),
     "prompt": ("prompt_context",),
     "prefill": ("prompt_context",),
     "prelude": ("rows",),
     "coda": ("rows",),
 }
+GRID_CANDIDATES["decode_after_prompt"] = GRID_CANDIDATES["decode"]
 # Knot counts tried for a grid term (CV picks; duplicates on small grids are skipped).
 _KNOT_COUNTS = (4, 6, 10)
 # Prefer a simpler model when its CV error is within this of the best (relative, absolute).

@@ -22,7 +22,7 @@ from engine.core.request import SamplingParams
 from engine.core.results import StepResult, TokenEvent
 from engine.runner import ModelRunner
 from sim.calibration.fit import Sample
-from sim.cost.calibrated import COLD_AFTER
+from sim.cost.calibrated import stage_kind
 from sim.cost.features import batch_features
 
 
@@ -95,15 +95,11 @@ def gap_samples(records: RunRecords, batches: list[Batch], label: str) -> list[S
 def execute_samples(batches: list[Batch], execute_s: list[float], label: str) -> list[Sample]:
     """In-situ execute times of a real run (held out: used to score, never to fit); a decode
     call right after prompt work scores the ``decode_after_prompt`` model."""
-    out = []
-    for i, (b, t) in enumerate(zip(batches, execute_s, strict=True)):
-        if t <= 0:
-            continue
-        kind = b.kind_label
-        if kind == "decode" and i and batches[i - 1].kind_label in COLD_AFTER:
-            kind = "decode_after_prompt"
-        out.append(Sample(kind, batch_features(b), t, True, f"{label} step {b.step_id}"))
-    return out
+    return [
+        Sample(stage_kind(b, batches[i - 1] if i else None), batch_features(b), t, True,
+               f"{label} step {b.step_id}")
+        for i, (b, t) in enumerate(zip(batches, execute_s, strict=True)) if t > 0
+    ]
 
 
 def trim_outliers(samples: list[Sample], quantile: float = 0.99) -> list[Sample]:

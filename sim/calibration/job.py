@@ -41,9 +41,9 @@ from sim.calibration.measure import (
     time_probes,
 )
 from sim.calibration.resolve import model_label
-from sim.calibration.shapes import KINDS, QUICK, GridSpec, shape_grid
+from sim.calibration.shapes import QUICK, GridSpec, shape_grid
 from sim.cost.calibrated import PROFILE_FORMAT, Profile, Provenance
-from sim.cost.features import batch_features
+from sim.cost.features import STAGE_KINDS, batch_features
 
 _REPO = Path(__file__).resolve().parents[2]
 # Share of the time budget for the forced shapes; the rest goes to the host-gap runs.
@@ -185,7 +185,7 @@ def _calibrate(
     gaps, in_situ = _gap_runs(net, cfg, device, dtype, quick=quick, backend=backend, seed=seed,
                               output_tokens=_gap_tokens(samples, cfg, quick, max_seconds
                                                         - (time.perf_counter() - started)))
-    stages = fit_profile_stages(samples, KINDS)
+    stages = fit_profile_stages(samples, STAGE_KINDS)
     gap = fit_stage("step_gap", trim_outliers(gaps), relative=False) if gaps else None
     mape, worst = pooled_held_out(stages)
     contended = sum(len(m.contended) for m in measured)

@@ -15,9 +15,6 @@ import itertools
 import random
 from dataclasses import dataclass, field
 
-KINDS: tuple[str, ...] = ("decode", "prompt", "mixed", "prefill", "prelude", "coda",
-                          "decode_after_prompt")
-
 
 @dataclass(frozen=True, slots=True)
 class DecodeRow:
@@ -109,13 +106,12 @@ def fit_shapes(spec: GridSpec) -> list[Shape]:
     out: list[Shape] = []
     for n in spec.rows:
         for c in spec.contexts:
-            for spread in (False, True):
+            for spread in ((False, True) if n > 1 else (False,)):  # one row cannot spread
                 out.append(Shape("decode", decode=_decode_rows(n, c, spread, D)))
-    # The spread decode shapes again, timed right after a prompt step (measure._predecessor):
-    # in A0/A1 every decode call during prompt processing follows prompt work.
-    spread = [s for s in out if s.kind == "decode"
-              and (len(s.decode) == 1 or len({r.depth for r in s.decode}) > 1)]
-    out += [_after_prompt(s) for s in spread]
+    # The spread decode shapes (and single rows) again, timed right after a prompt step
+    # (measure._predecessor): in A0/A1 every decode call during prompt work follows it.
+    out += [_after_prompt(s) for s in out if s.kind == "decode"
+            and (len(s.decode) == 1 or len({r.depth for r in s.decode}) > 1)]
     for chunk in spec.chunks:
         for prefix in spec.prefixes:
             out.append(Shape("prompt", prompts=(PromptChunk(prefix, chunk, 0, True),)))

@@ -57,6 +57,15 @@ StageKind = Literal["decode", "prompt", "mixed", "prefill", "prelude", "coda",
 COLD_AFTER = ("prompt", "prefill", "mixed")
 
 
+def stage_kind(batch: Batch, prev: Batch | None = None) -> str:
+    """The profile stage that prices ``batch`` run after ``prev``: its ``kind_label``, or
+    ``decode_after_prompt`` for a decode call right after prompt work."""
+    kind = batch.kind_label
+    if kind == "decode" and prev is not None and prev.kind_label in COLD_AFTER:
+        return "decode_after_prompt"
+    return kind
+
+
 class Provenance(BaseModel):
     """Where and how a profile was measured."""
 
@@ -255,11 +264,9 @@ class CalibratedCost:
         self._gap = p.step_gap
 
     def _fit(self, batch: Batch, prev: Batch | None = None) -> StageFit:
-        kind = batch.kind_label
-        if kind == "decode" and prev is not None and prev.kind_label in COLD_AFTER:
-            cold = self._fits.get("decode_after_prompt")
-            if cold is not None:
-                return cold
+        kind = stage_kind(batch, prev)
+        if kind == "decode_after_prompt" and kind not in self._fits:
+            kind = "decode"  # a profile measured before the stage existed
         fit = self._fits.get(kind)
         if fit is None:
             raise ValueError(
