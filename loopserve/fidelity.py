@@ -142,12 +142,11 @@ def _write_steps(path: Path, sim_runs: list[WorldRun], real_runs: list[WorldRun]
     rows = []
     for world, runs in (("sim", sim_runs), ("measured", real_runs)):
         for r in runs:
-            for i, (s, b) in enumerate(zip(r.records.steps, r.batches, strict=True)):
+            for i, (s, pred) in enumerate(zip(r.records.steps, r.predict(cost), strict=True)):
                 cpu = r.cpu_s[i] if r.cpu_s else ""
-                prev = r.batches[i - 1] if i else None
                 rows.append((world, r.spec.arm, r.spec.point_id, r.spec.repeat, s.step,
                              s.start_s, s.end_s, s.kind, s.core_calls, s.num_decode_items,
-                             s.num_prompt_tokens, cost.execute_time(b, prev), cpu))
+                             s.num_prompt_tokens, pred, cpu))
     write_csv(path, cols, rows)
 
 

@@ -12,11 +12,6 @@ if TYPE_CHECKING:
     from loopserve.fidelity_data import WorldRun
 
 
-def batch_comparison(plan: Plan, sim: list[WorldRun], real: list[WorldRun]) -> dict[str, Any]:
-    """Per run pair, whether the sequences agree and where they first diverge."""
-    return _batches(sim, real, _timed_arrivals(plan))
-
-
 def describe_batch(sig: Any) -> str:
     """One line for a batch signature: stage and (request, kind, position, rows, depth)."""
     stage, items = sig
@@ -25,7 +20,8 @@ def describe_batch(sig: Any) -> str:
     return f"{stage} [{', '.join(parts)}]"
 
 
-def _batches(sim: list[WorldRun], real: list[WorldRun], timed: bool) -> dict[str, Any]:
+def batch_comparison(plan: Plan, sim: list[WorldRun], real: list[WorldRun]) -> dict[str, Any]:
+    """Per run pair, whether the sequences agree and where they first diverge."""
     runs = []
     for s, r in zip(sim, real, strict=True):
         a = [batch_signature(b) for b in s.batches]
@@ -40,7 +36,7 @@ def _batches(sim: list[WorldRun], real: list[WorldRun], timed: bool) -> dict[str
             item["sim_batch"] = describe_batch(a[first]) if first < len(a) else None
             item["measured_batch"] = describe_batch(b[first]) if first < len(b) else None
         runs.append(item)
-    return {"timing_dependent_schedule": timed, "runs": runs}
+    return {"timing_dependent_schedule": _timed_arrivals(plan), "runs": runs}
 
 
 def _timed_arrivals(plan: Plan) -> bool:

@@ -17,7 +17,8 @@ import numpy as np
 from tqdm import tqdm
 
 from engine.core.batch import Batch
-from engine.core.records import RunRecords, batch_signature
+from engine.core.records import RunRecords
+from loopserve.compare import metric
 from loopserve.fidelity_batches import batch_comparison
 from loopserve.fidelity_drift import drift
 from loopserve.fidelity_targets import targets
@@ -43,6 +44,15 @@ class WorldRun:
     batches: list[Batch]
     metrics: dict[str, Any]
     cpu_s: list[float] = field(default_factory=list)  # real world: thread CPU per execute
+    predicted_s: list[float] = field(default_factory=list)  # real world: see ``predict``
+
+    def predict(self, cost: CalibratedCost) -> list[float]:
+        """The profile's execute time of each step, each priced after the step before it
+        (computed once; the comparison, the drift rows, the report and steps.csv share it)."""
+        if not self.predicted_s:
+            self.predicted_s = [cost.execute_time(b, self.batches[i - 1] if i else None)
+                                for i, b in enumerate(self.batches)]
+        return self.predicted_s
 
 
 class _Capture:
@@ -149,32 +159,30 @@ def _errors(pred: list[float], meas: list[float]) -> dict[str, Any]:
             "predicted_s": float(p[keep].sum()), "measured_s": float(m[keep].sum())}
 
 
-def _metric(m: dict[str, Any], key: str, sub: str | None) -> float | None:
-    v = m.get(key)
-    if sub is not None:
-        v = v.get(sub) if isinstance(v, dict) else None
-    return float(v) if v is not None else None
-
-
 def _median(values: list[float | None]) -> float | None:
     vals = [v for v in values if v is not None]
     return float(np.median(vals)) if vals else None
 
 
+def _at_ref(plan: Plan, runs: list[WorldRun], arm: str) -> list[WorldRun]:
+    return [r for r in runs if r.spec.arm == arm and r.spec.point_id == plan.reference_point_id]
+
+
+def _row(sim: list[WorldRun], measured: dict[str, float | None]) -> dict[str, Any]:
+    """Per metric: the sim's median over ``sim`` against ``measured``, and the error."""
+    row: dict[str, Any] = {}
+    for name, (key, sub) in METRICS.items():
+        s = _median([metric(r.metrics, key, sub) for r in sim])
+        m = measured[name]
+        rel = (s - m) / m if s is not None and m is not None and m != 0 else None
+        row[name] = {"sim": s, "measured": m, "rel_error": rel}
+    return row
+
+
 def _arms(plan: Plan, sim: list[WorldRun], real: list[WorldRun]) -> dict[str, Any]:
-    ref = plan.reference_point_id
-    out: dict[str, Any] = {}
-    for arm in plan.scenario.arms:
-        row: dict[str, Any] = {}
-        for name, (key, sub) in METRICS.items():
-            s = _median([_metric(r.metrics, key, sub) for r in sim
-                         if r.spec.arm == arm and r.spec.point_id == ref])
-            m = _median([_metric(r.metrics, key, sub) for r in real
-                         if r.spec.arm == arm and r.spec.point_id == ref])
-            rel = (s - m) / m if s is not None and m is not None and m != 0 else None
-            row[name] = {"sim": s, "measured": m, "rel_error": rel}
-        out[arm] = row
-    return out
+    return {arm: _row(_at_ref(plan, sim, arm), {
+        name: _median([metric(r.metrics, key, sub) for r in _at_ref(plan, real, arm)])
+        for name, (key, sub) in METRICS.items()}) for arm in plan.scenario.arms}
 
 
 def _vs_fastest(plan: Plan, sim: list[WorldRun], real: list[WorldRun]) -> dict[str, Any] | None:
@@ -184,22 +192,13 @@ def _vs_fastest(plan: Plan, sim: list[WorldRun], real: list[WorldRun]) -> dict[s
     the median (``arms``) is the typical run."""
     if plan.scenario.repeats < 2:
         return None
-    ref = plan.reference_point_id
     out: dict[str, Any] = {}
     for arm in plan.scenario.arms:
-        runs = [r for r in real if r.spec.arm == arm and r.spec.point_id == ref
-                and r.records.steps]
-        if not runs:
-            continue
-        best = min(runs, key=lambda r: r.records.steps[-1].end_s)
-        row: dict[str, Any] = {"repeat": best.spec.repeat}
-        for name, (key, sub) in METRICS.items():
-            s = _median([_metric(r.metrics, key, sub) for r in sim
-                         if r.spec.arm == arm and r.spec.point_id == ref])
-            m = _metric(best.metrics, key, sub)
-            rel = (s - m) / m if s is not None and m is not None and m != 0 else None
-            row[name] = {"sim": s, "measured": m, "rel_error": rel}
-        out[arm] = row
+        runs = [r for r in _at_ref(plan, real, arm) if r.records.steps]
+        if runs:
+            best = min(runs, key=lambda r: r.records.steps[-1].end_s)
+            out[arm] = {"repeat": best.spec.repeat, **_row(_at_ref(plan, sim, arm), {
+                name: metric(best.metrics, key, sub) for name, (key, sub) in METRICS.items()})}
     return out
 
 
@@ -208,13 +207,12 @@ def _repeat_spread(plan: Plan, real: list[WorldRun]) -> dict[str, Any] | None:
     point: the run-to-run noise the sim error should be read against (None with 1 repeat)."""
     if plan.scenario.repeats < 2:
         return None
-    ref = plan.reference_point_id
     out: dict[str, Any] = {}
     for arm in plan.scenario.arms:
         row: dict[str, float | None] = {}
         for name, (key, sub) in METRICS.items():
-            vals = [v for r in real if r.spec.arm == arm and r.spec.point_id == ref
-                    if (v := _metric(r.metrics, key, sub)) is not None]
+            vals = [v for r in _at_ref(plan, real, arm)
+                    if (v := metric(r.metrics, key, sub)) is not None]
             mid = float(np.median(vals)) if vals else 0.0
             row[name] = (max(vals) - min(vals)) / mid if len(vals) > 1 and mid else None
         out[arm] = row
@@ -236,6 +234,8 @@ def compare(plan: Plan, sim: list[WorldRun], world: RealWorld, cost: CalibratedC
             profile: Profile) -> dict[str, Any]:
     """The fidelity.json document."""
     real = world.runs
+    for r in real:
+        r.predict(cost)
     pred: list[float] = []
     meas: list[float] = []
     cpu: list[float] = []
@@ -246,7 +246,7 @@ def compare(plan: Plan, sim: list[WorldRun], world: RealWorld, cost: CalibratedC
     for r in real:
         steps = r.records.steps
         for i, (s, b) in enumerate(zip(steps, r.batches, strict=True)):
-            pred.append(cost.execute_time(b, r.batches[i - 1] if i else None))
+            pred.append(r.predicted_s[i])
             meas.append(s.end_s - s.start_s)
             cpu.append(r.cpu_s[i] if i < len(r.cpu_s) else float("nan"))
             kinds.append(s.kind)
@@ -263,6 +263,7 @@ def compare(plan: Plan, sim: list[WorldRun], world: RealWorld, cost: CalibratedC
     }
     arms = _arms(plan, sim, real)
     fastest = _vs_fastest(plan, sim, real)
+    batches = batch_comparison(plan, sim, real)
     drift_section = drift(real, cost)
     machine = _machine(world, profile)
     return {
@@ -272,9 +273,7 @@ def compare(plan: Plan, sim: list[WorldRun], world: RealWorld, cost: CalibratedC
         "vs_fastest_repeat": fastest,
         "targets": targets(arms, drift_section, machine, fastest),
         "measured_repeat_spread": _repeat_spread(plan, real),
-        "same_batches": all(
-            [batch_signature(b) for b in s.batches] == [batch_signature(b) for b in r.batches]
-            for s, r in zip(sim, real, strict=True)),
+        "same_batches": all(run["same"] for run in batches["runs"]),
         "step_errors": {
             "all": total,
             "by_kind": {k: _errors([p for p, x in zip(pred, kinds, strict=True) if x == k],
@@ -291,7 +290,7 @@ def compare(plan: Plan, sim: list[WorldRun], world: RealWorld, cost: CalibratedC
         "makespan": wall,
         "machine": machine,
         "drift": drift_section,
-        "batches": batch_comparison(plan, sim, real),
+        "batches": batches,
         "profile": {"hardware": profile.hardware, "model": profile.model,
                     "held_out_mape": profile.provenance.held_out_mape,
                     "date": profile.provenance.date, "device": profile.provenance.device,

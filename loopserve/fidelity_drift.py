@@ -26,9 +26,8 @@ def drift(real: list[WorldRun], cost: CalibratedCost) -> dict[str, Any]:
     runs = []
     for r in real:
         ratios = [(s.end_s - s.start_s) / p
-                  for i, (s, b) in enumerate(zip(r.records.steps, r.batches, strict=True))
-                  if s.kind == KIND
-                  and (p := cost.execute_time(b, r.batches[i - 1] if i else None)) > 0]
+                  for s, p in zip(r.records.steps, r.predict(cost), strict=True)
+                  if s.kind == KIND and p > 0]
         parts = ([float(np.median(chunk)) for chunk in np.array_split(ratios, NUM_PARTS)]
                  if len(ratios) >= NUM_PARTS else None)
         runs.append({

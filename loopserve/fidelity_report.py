@@ -82,10 +82,8 @@ def scatter_figure(real: list[WorldRun], cost: Any) -> Figure:
     fig, ax = plt.subplots(figsize=(6.5, 5.5), layout="constrained")
     lo, hi = np.inf, 0.0
     for kind, color in KIND_COLORS.items():
-        pts = [((s.end_s - s.start_s) * 1e3,
-                cost.execute_time(b, r.batches[i - 1] if i else None) * 1e3)
-               for r in real for i, (s, b) in enumerate(zip(r.records.steps, r.batches,
-                                                            strict=True))
+        pts = [((s.end_s - s.start_s) * 1e3, p * 1e3)
+               for r in real for s, p in zip(r.records.steps, r.predict(cost), strict=True)
                if s.kind == kind and s.end_s > s.start_s]
         if pts:
             m, p = np.array(pts).T
