@@ -46,6 +46,17 @@ def git_commit() -> dict[str, Any]:
     return {"commit": commit, "dirty": bool(status) if status is not None else None}
 
 
+def commit_label(recorded: Path | None = _REPO / ".whl" / "COMMIT") -> str:
+    """HEAD as ``sha`` or ``sha-dirty``; outside git (the tree sent to a lent GPU has no
+    .git) the commit ``make gpu-wheels`` recorded in ``recorded``; else "unknown"."""
+    g = git_commit()
+    if g["commit"]:
+        return str(g["commit"]) + ("-dirty" if g["dirty"] else "")
+    if recorded is not None and recorded.is_file():
+        return recorded.read_text().strip() or "unknown"
+    return "unknown"
+
+
 def native_build() -> dict[str, Any]:
     """Whether engine.core and the simulator's step code ran from the mypyc build."""
     from engine.core import _native

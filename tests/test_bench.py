@@ -4,6 +4,7 @@ speed is asserted here; speed targets live in the benchmark's own output)."""
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 from tools import bench
@@ -19,5 +20,7 @@ def test_bench_writes_rates_for_every_arm_and_the_pure_comparison(tmp_path: Path
         assert a["num_requests"] == 12 and a["num_core_calls"] > 0
         assert a["median_core_calls_s"] > 0 and a["pure_median_core_calls_s"] > 0
         assert a["native_speedup"] == a["median_core_calls_s"] / a["pure_median_core_calls_s"]
-    assert result["native"] == env["native"]["active"]
-    assert {"python", "simpy", "git_commit", "native"} <= env.keys()
+    # under `make test` the native build is in use and the pure runs really ran without it
+    assert result["native"] is env["native"]["active"] is (
+        os.environ.get("LOOPSERVE_EXPECT_NATIVE") == "1" or result["native"])
+    assert {"python", "simpy", "git", "native"} <= env.keys()

@@ -10,7 +10,6 @@ import pytest
 import yaml
 
 from loopserve.cli import main
-from loopserve.outputs import REQUESTS_COLUMNS, STEPS_COLUMNS, TOKENS_COLUMNS
 from tests.scenario_fixtures import tiny, write_scenario
 
 EXPECTED_FILES = {
@@ -39,10 +38,15 @@ def header(path: Path) -> list[str]:
 
 def test_outputs_exist_with_exact_columns(run_dir: Path) -> None:
     assert EXPECTED_FILES <= {p.name for p in run_dir.iterdir()}
-    assert header(run_dir / "steps.csv") == list(STEPS_COLUMNS)
-    assert header(run_dir / "requests.csv") == list(REQUESTS_COLUMNS)
-    assert header(run_dir / "tokens.csv") == list(TOKENS_COLUMNS)
-    assert list(STEPS_COLUMNS[:3]) == ["arm", "point_id", "repeat"]
+    run = ["arm", "point_id", "repeat"]
+    assert header(run_dir / "steps.csv") == run + [
+        "step", "start_s", "end_s", "stage", "kind", "core_calls", "num_decode_items",
+        "num_prompt_items", "num_prompt_tokens", "num_fused_prelude_items", "depths", "mixed"]
+    assert header(run_dir / "requests.csv") == run + [
+        "request_id", "arrival_s", "prompt_tokens", "output_tokens", "first_token_s",
+        "finish_s", "injected", "finish_reason"]
+    assert header(run_dir / "tokens.csv") == run + [
+        "request_id", "index", "time_s", "token_id", "exit_depth"]
     assert not [p for p in run_dir.parent.iterdir() if "partial" in p.name]
 
 

@@ -64,14 +64,16 @@ def test_realtime_replays_arrivals_on_wall_clock_and_matches_generate() -> None:
                                                                             strict=True))])
     llm = make_llm(model, "mixed")
     timings: list[HostTiming] = []
-    records = run_realtime(llm.cfg, source, llm.runner, host_timings=timings)
+    records = run_realtime(llm.cfg, source, llm.runner, host_timings=timings,
+                           record_batches=True)
     by_id = {r.request_id: r for r in records.requests}
     for i, t in enumerate(times):
         r = by_id[str(i)]
         assert r.arrival_s == t and r.first_token_s is not None and r.first_token_s > t
         assert r.finish_reason == "length"
-        first_step = min(s.start_s for s in records.steps if s.start_s >= t)
-        assert first_step >= t  # idle until due, never early
+        first = next(k for k, (_, items) in enumerate(records.batches)
+                     if any(it[0] == str(i) for it in items))
+        assert records.steps[first].start_s >= t  # its first step waits until it is due
     assert records.wall_s >= 0.12
     starts = [s.start_s for s in records.steps]
     assert starts == sorted(starts) and all(s.end_s >= s.start_s for s in records.steps)

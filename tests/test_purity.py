@@ -5,24 +5,24 @@ import subprocess
 import sys
 
 
-def test_engine_core_imports_no_torch_or_simpy() -> None:
-    code = (
-        "import sys, engine.core, engine.core.fake_executor; "
-        "bad = [m for m in ('torch', 'simpy', 'numpy') if m in sys.modules]; "
-        "print(','.join(bad))"
-    )
+def _loaded_after(imports: str, candidates: tuple[str, ...]) -> list[str]:
+    """Which of ``candidates`` a fresh interpreter has loaded after ``import <imports>``."""
+    code = (f"import sys, {imports}; "
+            f"print(','.join(m for m in {candidates!r} if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    assert out.stdout.strip() == ""
+    return [m for m in out.stdout.strip().split(",") if m]
+
+
+def test_engine_core_imports_no_torch_or_simpy() -> None:
+    assert _loaded_after("engine.core, engine.core.fake_executor",
+                         ("torch", "simpy", "numpy")) == []
 
 
 def test_sim_and_its_users_import_no_torch() -> None:
-    code = (
-        "import sys, sim, sim.driver, sim.cost, sim.exit_model, sim.validity, "
-        "loopserve.workloads, loopserve.metrics; "
-        "print('torch' in sys.modules)"
-    )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    assert out.stdout.strip() == "False"
+    imports = ("sim, sim.driver, sim.cost, sim.exit_model, sim.validity, loopserve.workloads, "
+               "loopserve.metrics")
+    assert _loaded_after(imports, ("torch",)) == []
+    assert _loaded_after(imports, ("simpy",)) == ["simpy"]  # the probe sees what is loaded
 
 
 def test_engine_core_never_reads_a_clock() -> None:

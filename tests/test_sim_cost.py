@@ -62,6 +62,7 @@ def test_constant_charges_core_calls_per_step() -> None:
     assert c.step_time(coda(3)) == pytest.approx(0.002)
     assert c.step_time(prelude(3)) == pytest.approx(0.002)
     assert c.breakdown(a0_prefill)["total_s"] == c.step_time(a0_prefill)
+    assert c.breakdown(a0_prefill)["calls"] == 4  # the D depths of the atomic chunk
 
 
 def test_constant_needs_positive_core_call_s() -> None:
@@ -182,7 +183,9 @@ def test_calibrated_predicts_the_linear_model_and_round_trips(tmp_path: Path) ->
     again = load_profile(path)
     assert again == Profile.model_validate(_profile())
     assert CalibratedCost(again).step_time(mixed) == cost.step_time(mixed)
-    assert cost.breakdown(mixed)["total_s"] == cost.step_time(mixed)
+    terms = cost.breakdown(mixed)
+    assert terms["total_s"] == cost.step_time(mixed)
+    assert sum(v for k, v in terms.items() if k != "total_s") == pytest.approx(terms["total_s"])
 
 
 def test_calibrated_missing_stage_is_a_clear_error() -> None:

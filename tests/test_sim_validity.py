@@ -64,7 +64,8 @@ def test_mixed_arm_without_mixed_call_is_invalid_other_arms_are_not() -> None:
         rec = simulate(make_config(arm), lone, make_cost_model("roofline", TINY))
         assert rec.num_mixed_core_calls == 0
         assert check(rec, arm) == ([NO_MIXED_CALL] if arm == "mixed" else [])
+        assert rec.invalid_reasons == []  # check() reports, it does not mutate the records
+    assert check(rec, "A2") == [NO_MIXED_CALL]  # arm aliases resolve
     mixed = simulate(make_config("mixed", max_num_seqs=4), _interference(3),
                      make_cost_model("roofline", TINY))
     assert mixed.num_mixed_core_calls > 0 and check(mixed, "A2") == []
-    assert mixed.invalid_reasons == []  # check() reports, it does not mutate the records

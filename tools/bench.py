@@ -14,22 +14,20 @@ import argparse
 import json
 import os
 import platform
-import shutil
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
 from collections.abc import Generator
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import simpy
 
 from engine.core import CacheConfig, EngineConfig, SchedulerConfig
-from loopserve.env_info import native_build
+from loopserve.env_info import git_commit, native_build, package_versions
+from loopserve.outputs import staged_dir
 from loopserve.workloads import build_source
 from sim import make_cost_model, simulate
 from sim.shapes import MODEL_SHAPES
@@ -114,31 +112,15 @@ def _pure_run(arm: str, args: argparse.Namespace, native: dict[str, Any]) -> dic
     return pure
 
 
-def _git(*args: str) -> str | None:
-    try:
-        out = subprocess.run(["git", *args], capture_output=True, text=True, check=True)
-    except (OSError, subprocess.CalledProcessError):
-        return None
-    return out.stdout.strip()
-
-
 def environment() -> dict[str, Any]:
-    import pandas  # type: ignore[import-untyped]
-    import pydantic
-
     return {
-        "python": sys.version.split()[0],
-        "simpy": simpy.__version__,
-        "numpy": np.__version__,
-        "pandas": pandas.__version__,
-        "pydantic": pydantic.__version__,
+        **package_versions(),
         "platform": platform.platform(),
         "machine": platform.machine(),
         "processor": platform.processor(),
         "cpu_count": os.cpu_count(),
         "native": native_build(),
-        "git_commit": _git("rev-parse", "HEAD"),
-        "git_dirty": bool(_git("status", "--porcelain", "--untracked-files=no")),
+        "git": git_commit(),
         "command": " ".join([sys.executable, "-m", "tools.bench", *sys.argv[1:]]),
     }
 
@@ -196,17 +178,10 @@ def main(argv: list[str] | None = None) -> int:
         "native": native["active"], "arms": arms,
         "min_median_core_calls_s": min(a["median_core_calls_s"] for a in arms),
     }
-    stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
-    args.out.mkdir(parents=True, exist_ok=True)
-    final = args.out / stamp
-    tmp = Path(tempfile.mkdtemp(prefix=f".{stamp}-", dir=args.out))
-    try:
+    final = args.out / datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
+    with staged_dir(final) as tmp:
         (tmp / "bench.json").write_text(json.dumps(result, indent=2) + "\n")
         (tmp / "env.json").write_text(json.dumps(environment(), indent=2) + "\n")
-        tmp.rename(final)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
     slowest = result["min_median_core_calls_s"]
     verdict = "met" if slowest >= TARGET_CORE_CALLS_S else "MISSED"
     print(f"slowest arm: {slowest:,.0f} core calls/s; target {TARGET_CORE_CALLS_S:,}: {verdict}")

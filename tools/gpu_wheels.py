@@ -16,6 +16,8 @@ import sys
 from importlib import metadata
 from pathlib import Path
 
+from loopserve.env_info import commit_label
+
 REPO = Path(__file__).resolve().parent.parent
 WHEEL_DIR = REPO / ".whl"
 SITE_DIR = Path("/tmp/site")
@@ -62,25 +64,9 @@ def duplicate_projects(dest: Path) -> list[str]:
     return sorted(k for k, n in seen.items() if n > 1)
 
 
-def git_commit() -> str | None:
-    """HEAD of this checkout, ``-dirty`` with local changes; None outside git."""
-    def git(*args: str) -> str | None:
-        try:
-            res = subprocess.run(["git", "-C", str(REPO), *args], capture_output=True,
-                                 text=True, timeout=10, check=False)
-        except (OSError, subprocess.TimeoutExpired):
-            return None
-        return res.stdout.strip() if res.returncode == 0 else None
-
-    head = git("rev-parse", "HEAD")
-    if not head:
-        return None
-    return head + ("-dirty" if git("status", "--porcelain", "--untracked-files=no") else "")
-
-
 def write_commit(dest: Path) -> str:
     """Record the commit in ``dest/COMMIT`` for the GPU machine; returns it."""
-    commit = git_commit() or "unknown"
+    commit = commit_label(recorded=None)
     (dest / "COMMIT").write_text(commit + "\n")
     return commit
 
@@ -88,13 +74,7 @@ def write_commit(dest: Path) -> str:
 def read_commit(wheels_dir: Path = WHEEL_DIR) -> str:
     """The commit from git, else from a COMMIT file (the working tree sent to the GPU machine
     has no .git; ``make gpu-wheels`` writes .whl/COMMIT)."""
-    commit = git_commit()
-    if commit:
-        return commit
-    for path in (REPO / "COMMIT", wheels_dir / "COMMIT"):
-        if path.is_file():
-            return path.read_text().strip() or "unknown"
-    return "unknown"
+    return commit_label(wheels_dir / "COMMIT")
 
 
 def install_command(wheels: list[Path], target: Path = SITE_DIR) -> list[str]:

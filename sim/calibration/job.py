@@ -9,7 +9,6 @@ import datetime as _dt
 import os
 import platform
 import re
-import subprocess
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -19,6 +18,7 @@ import torch
 from engine.core.config import CacheConfig, EngineConfig, SchedulerConfig
 from engine.llm import build_runner, run_realtime
 from engine.model.build import build_model, default_dtype
+from loopserve.env_info import commit_label
 from sim.calibration.fit import (
     Sample,
     StageResult,
@@ -94,15 +94,6 @@ def device_name(device: torch.device) -> str:
     except OSError:
         pass
     return platform.processor() or platform.machine()
-
-
-def git_commit() -> str:
-    try:
-        res = subprocess.run(["git", "-C", str(_REPO), "rev-parse", "HEAD"], capture_output=True,
-                             text=True, timeout=10, check=False)
-    except (OSError, subprocess.TimeoutExpired):
-        return "unknown"
-    return res.stdout.strip() if res.returncode == 0 else "unknown"
 
 
 def _gap_runs(model: object, shape_cfg: EngineConfig, device: torch.device, dtype: torch.dtype,
@@ -193,7 +184,7 @@ def _calibrate(
     elapsed = time.perf_counter() - started
     prov = Provenance(
         device=device_name(device), torch_version=torch.__version__,
-        dtype=str(dtype).removeprefix("torch."), commit=git_commit(),
+        dtype=str(dtype).removeprefix("torch."), commit=commit_label(),
         date=_dt.datetime.now(_dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
         held_out_mape=mape, held_out_max_error=worst,
         held_out_mape_by_stage={k: r.held_out_mape for k, r in stages.items()
