@@ -13,8 +13,6 @@ those three files there instead; ``--out DIR`` writes ``DIR/<hardware>-<model>.j
 from __future__ import annotations
 
 import argparse
-import os
-import tempfile
 import time
 from collections.abc import Iterable
 from pathlib import Path
@@ -25,7 +23,6 @@ from loopserve.errors import UserError
 if TYPE_CHECKING:
     from sim.calibration.job import CalibrationResult
 
-PROFILES_ROOT = Path("results") / "profiles"
 DEFAULT_MAX_SECONDS = 60.0
 DEFAULT_REPEATS = 5
 
@@ -113,21 +110,6 @@ def _check_backend(name: str) -> None:
 
 
 # ---- output ----------------------------------------------------------------------------------
-def _atomic_write(path: Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".partial", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w") as fh:
-            fh.write(text)
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(tmp, 0o666 & ~umask)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
 def _csv_text(result: CalibrationResult) -> str:
     import csv
     import io
@@ -155,7 +137,9 @@ def write_outputs(result: CalibrationResult, out: Path | None, *, argv: list[str
                   started_s: float) -> Path:
     """Write profile, env.json and steps CSV; returns the profile's path."""
     from loopserve import env_info
-    from loopserve.outputs import staged_dir, write_json
+    from loopserve.outputs import atomic_write, staged_dir, write_json
+    from sim.calibration.resolve import PROFILES_DIR
+    from sim.cost.calibrated import profile_json
 
     prof = result.profile
     stem = f"{prof.hardware}-{prof.model}"
@@ -164,19 +148,19 @@ def write_outputs(result: CalibrationResult, out: Path | None, *, argv: list[str
                            started_s=started_s, run_wall_s=[])
     env["device"]["name"] = prof.provenance.device
     env["num_threads"] = prof.provenance.num_threads
-    profile_text = prof.model_dump_json(indent=2, exclude_none=True) + "\n"
+    profile_text = profile_json(prof)
     if out is not None and out.suffix != ".json":
         with staged_dir(out) as tmp:
             write_json(tmp / "env.json", env)
             (tmp / "steps.csv").write_text(_csv_text(result))
             (tmp / f"{stem}.json").write_text(profile_text)
         return out / f"{stem}.json"
-    path = out if out is not None else PROFILES_ROOT / f"{stem}.json"
+    path = out if out is not None else PROFILES_DIR / f"{stem}.json"
     import json
 
-    _atomic_write(path.with_suffix(".env.json"), json.dumps(env, indent=2) + "\n")
-    _atomic_write(path.with_suffix(".steps.csv"), _csv_text(result))
-    _atomic_write(path, profile_text)  # last: its presence means the set is complete
+    atomic_write(path.with_suffix(".env.json"), json.dumps(env, indent=2) + "\n")
+    atomic_write(path.with_suffix(".steps.csv"), _csv_text(result))
+    atomic_write(path, profile_text)  # last: its presence means the set is complete
     return path
 
 

@@ -134,9 +134,7 @@ def medians_table(run_dir: Path, point_id: int, num_points: int) -> str:
 
 
 def cmd_report(run_dirs: Sequence[str], out: str | None) -> int:
-    import os
-    import tempfile
-
+    from loopserve.outputs import atomic_write
     from loopserve.report import make_figures, render_html
     from loopserve.rundata import RunData, load_run
 
@@ -152,14 +150,8 @@ def cmd_report(run_dirs: Sequence[str], out: str | None) -> int:
     if len(runs) == 1 and out_dir.resolve() == runs[0].path.resolve():
         for f in figs:
             (out_dir / f.filename).write_bytes(f.png)
-    fd, tmp = tempfile.mkstemp(prefix=".report-", suffix=".html", dir=out_dir)
-    with os.fdopen(fd, "w") as fh:
-        fh.write(render_html(runs, figs))
-    umask = os.umask(0)
-    os.umask(umask)
-    os.chmod(tmp, 0o666 & ~umask)
     path = out_dir / "report.html"
-    os.replace(tmp, path)
+    atomic_write(path, render_html(runs, figs))
     print(f"report: {path}")
     return EXIT_OK
 

@@ -60,6 +60,23 @@ def run_destination(out: str | None, parent: Path, label: str) -> Path:
     return parent / new_run_id(label, parent)
 
 
+def atomic_write(path: Path, text: str) -> None:
+    """Write ``text`` to ``path`` through a temp file beside it, renamed when complete (the
+    file gets the mode a plain create would give it)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".partial", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w") as fh:
+            fh.write(text)
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp, 0o666 & ~umask)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
 @contextmanager
 def staged_dir(dest: Path) -> Iterator[Path]:
     """Yield a temp folder beside ``dest``; rename it to ``dest`` on success, delete it (and

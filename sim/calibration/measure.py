@@ -16,6 +16,7 @@ from __future__ import annotations
 import itertools
 import math
 import random
+import statistics
 import sys
 import time
 from collections.abc import Callable
@@ -211,9 +212,7 @@ class Measured:
 
     @property
     def median_s(self) -> float:
-        xs = sorted(self.times_s or self.contended)
-        n = len(xs)
-        return xs[n // 2] if n % 2 else 0.5 * (xs[n // 2 - 1] + xs[n // 2])
+        return statistics.median(self.times_s or self.contended)
 
 
 def measure_shapes(

@@ -228,9 +228,15 @@ def load_profile(source: str | Path | dict[str, Any] | Profile) -> Profile:
         raise ValueError(f"{where}: invalid profile: {_one_line(exc)}") from None
 
 
+def profile_json(profile: Profile) -> str:
+    """The profile file's text: indented JSON, stable key order, unset optional parts left
+    out (the one writer ``save_profile`` and ``loopserve calibrate`` share)."""
+    return profile.model_dump_json(indent=2, exclude_none=True) + "\n"
+
+
 def save_profile(profile: Profile, path: str | Path) -> None:
-    """Write ``profile`` as indented JSON (stable key order)."""
-    Path(path).write_text(profile.model_dump_json(indent=2) + "\n", encoding="utf-8")
+    """Write ``profile`` to ``path``."""
+    Path(path).write_text(profile_json(profile), encoding="utf-8")
 
 
 class CalibratedCost:
