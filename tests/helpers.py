@@ -15,6 +15,7 @@ from engine.core import (
     TokenEvent,
 )
 from engine.core.fake_executor import FakeExecutor
+from engine.core.records import ArrivalSpec
 
 TINY = ModelShape(
     num_layers=2, hidden_size=32, num_heads=4, num_kv_heads=2, head_dim=8,
@@ -71,3 +72,19 @@ def drive(core: EngineCore, ex: FakeExecutor, max_steps: int = 10_000, check: bo
         raise AssertionError(f"did not drain within {max_steps} steps")
     ex.execute(Batch(-1, batch.stage, (), core.take_housekeeping())) if out.batches else None
     return out
+
+
+class ListSource:
+    """Timed arrivals plus arrivals triggered by (request, token index); reusable across
+    runs (triggers are read, not consumed)."""
+
+    def __init__(self, timed: list[ArrivalSpec],
+                 triggers: dict[tuple[str, int], list[ArrivalSpec]] | None = None) -> None:
+        self.timed = timed
+        self.triggers = triggers or {}
+
+    def initial(self) -> list[ArrivalSpec]:
+        return list(self.timed)
+
+    def on_token(self, event: TokenEvent) -> list[ArrivalSpec]:
+        return list(self.triggers.get((event.request_id, event.index), []))

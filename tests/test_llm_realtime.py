@@ -2,30 +2,15 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-
 import pytest
 
-from engine.core import SamplingParams, TokenEvent
+from engine.core import SamplingParams
 from engine.core.records import ArrivalSpec
 from engine.llm import LLM, HostTiming, build_runner, make_engine_config, run_realtime
+from tests.helpers import ListSource
 from tests.reference.fixtures import ENGINE_KWARGS, make_llm, outputs_key, tiny_model
 
 PARAMS = SamplingParams(max_tokens=4, temperature=0.7, seed=1)
-
-
-@dataclass
-class ListSource:
-    """Timed specs plus arrivals triggered when (request, index) is emitted."""
-
-    timed: list[ArrivalSpec]
-    triggers: dict[tuple[str, int], list[ArrivalSpec]] = field(default_factory=dict)
-
-    def initial(self) -> list[ArrivalSpec]:
-        return sorted(self.timed, key=lambda s: s.arrival_s or 0.0)
-
-    def on_token(self, event: TokenEvent) -> list[ArrivalSpec]:
-        return self.triggers.pop((event.request_id, event.index), [])
 
 
 def _spec(rid: str, prompt: list[int], at: float | None, **kw: object) -> ArrivalSpec:

@@ -9,30 +9,15 @@ import sys
 
 import pytest
 
-from engine.core import ExitConfig, SamplingParams, Stage, TokenEvent
+from engine.core import ExitConfig, SamplingParams, Stage
 from engine.core.records import ArrivalSpec
 from loopserve.metrics import requests_frame, steps_frame, tokens_frame
 from loopserve.workloads import build_source
 from sim import make_cost_model, make_signal_fn, simulate
 from sim.shapes import TINY
-from tests.helpers import make_config
+from tests.helpers import ListSource, make_config
 
 ARMS = ("atomic", "per_depth", "mixed")
-
-
-class ListSource:
-    """Timed arrivals plus arrivals triggered by (request, token index)."""
-
-    def __init__(self, timed: list[ArrivalSpec],
-                 triggers: dict[tuple[str, int], list[ArrivalSpec]] | None = None) -> None:
-        self.timed = timed
-        self.triggers = triggers or {}
-
-    def initial(self) -> list[ArrivalSpec]:
-        return list(self.timed)
-
-    def on_token(self, event: TokenEvent) -> list[ArrivalSpec]:
-        return list(self.triggers.get((event.request_id, event.index), []))
 
 
 def spec(rid: str, prompt_tokens: int, max_tokens: int, at: float | None = 0.0,
@@ -147,8 +132,8 @@ def test_stalled_core_raises_deadlock_instead_of_looping() -> None:
         "from engine.core.engine_core import EngineCore\n"
         "from sim import SimulationDeadlock, make_cost_model, simulate\n"
         "from sim.shapes import TINY\n"
-        "from tests.helpers import make_config\n"
-        "from tests.test_sim_driver import ListSource, spec\n"
+        "from tests.helpers import ListSource, make_config\n"
+        "from tests.test_sim_driver import spec\n"
         "EngineCore.schedule = lambda self, now: None\n"
         "try:\n"
         "    simulate(make_config('mixed'), ListSource([spec('a', 8, 2)]),\n"
