@@ -8,7 +8,7 @@ import torch
 from engine.core import ExitConfig
 from engine.model import LookaheadHead, OuroForCausalLM, build_model, get_preset
 from engine.model.layers import RMSNorm, apply_rope, rope_cos_sin, rope_inv_freq
-from tests.reference.fixtures import tiny_model
+from tests.reference.fixtures import make_llm, tiny_model
 
 PER_LAYER = [
     "self_attn.q_proj.weight", "self_attn.k_proj.weight", "self_attn.v_proj.weight",
@@ -101,6 +101,10 @@ def test_lookahead_head_is_reproducible_and_leaves_rng_and_weights_alone() -> No
     x = torch.randn(4, 32)
     assert torch.equal(h1(x), h2(x)) and not torch.equal(h1(x), h3(x))
     assert h1(x).dtype == torch.float32 and not h1.proj.weight.requires_grad
+    # built the way serving builds it, by a runner that holds the model
+    head = make_llm(model, "mixed").runner.lookahead_head(ExitConfig(mode="random_lookahead",
+                                                                      seed=5))
+    assert torch.equal(head(x), h1(x))
     for k, v in model.state_dict().items():
         assert torch.equal(v, before[k]), k
 
