@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any
 
 from loopserve.errors import UserError
 from loopserve.fidelity_drift import drift_lines
+from loopserve.fidelity_tail import tail_lines
 from loopserve.fidelity_targets import target_lines
 
 if TYPE_CHECKING:
@@ -177,6 +178,7 @@ def _table(result: dict[str, Any]) -> str:
         lines.append("machine now vs at calibration (probe steps): " + ", ".join(
             f"{k} x{v:.2f}" for k, v in slow.items()))
     lines.extend(drift_lines(result["drift"]))
+    lines.extend(tail_lines(result["tail"]))
     lines.extend(target_lines(result["targets"]))
     return "\n".join(lines)
 

@@ -21,6 +21,7 @@ from engine.core.records import RunRecords
 from loopserve.compare import metric
 from loopserve.fidelity_batches import batch_comparison
 from loopserve.fidelity_drift import drift
+from loopserve.fidelity_tail import tail
 from loopserve.fidelity_targets import targets
 from loopserve.orchestrate import Plan, RunSpec, build_source
 from sim.cost.calibrated import CalibratedCost, Profile
@@ -290,6 +291,7 @@ def compare(plan: Plan, sim: list[WorldRun], world: RealWorld, cost: CalibratedC
         "makespan": wall,
         "machine": machine,
         "drift": drift_section,
+        "tail": tail(real, cost),
         "batches": batches,
         "profile": {"hardware": profile.hardware, "model": profile.model,
                     "held_out_mape": profile.provenance.held_out_mape,

@@ -143,6 +143,30 @@ def _steps_table(result: dict[str, Any]) -> str:
     return "<table>" + "".join(rows) + "</table>"
 
 
+def _tail_table(result: dict[str, Any]) -> str:
+    sec = result["tail"]
+    rows = ["<tr><th>arm</th><th>repeat</th><th>intervals</th><th>measured (ms)</th>"
+            "<th>predicted (ms)</th><th>kind: steps, measured / predicted ms, tail ratio "
+            "(whole-run ratio)</th><th>reading</th></tr>"]
+    for r in sec["runs"]:
+        kinds = "<br>".join(
+            f"{html.escape(k)}: {v['steps']:.2f}, {v['measured_ms']:.1f} / "
+            f"{v['predicted_ms']:.1f}, x{_num(v['tail_ratio'])} (x{_num(v['run_ratio'])})"
+            for k, v in r["by_kind"].items())
+        reading = {True: "bursts", False: "steady excess", None: "-"}[r["bursts"]]
+        rows.append(f"<tr><td>{html.escape(r['arm'])}</td><td>{r['repeat']}</td>"
+                    f"<td>{r['num_tail']} of {r['num_intervals']}</td>"
+                    f"<td>{r['measured_ms']:.1f}</td><td>{r['predicted_ms']:.1f}</td>"
+                    f"<td>{kinds}</td><td>{reading}</td></tr>")
+    note = (f"<p>The intervals at or above each run's measured ITL p{sec['percentile']:g}, "
+            "split by step kind, each kind's time beside the profile's prediction for the same "
+            "steps. A tail ratio more than "
+            f"{sec['burst_ratio']}x the kind's whole-run ratio reads as bursts of machine "
+            "noise; otherwise the excess is the run's own (a cost term or the machine's "
+            "overall speed).</p>")
+    return note + "<table>" + "".join(rows) + "</table>"
+
+
 def _batches_html(result: dict[str, Any]) -> str:
     b = result["batches"]
     note = ("The workload has timed arrivals, so the schedule may depend on timing; a "
@@ -191,7 +215,8 @@ def write_report(path: Path, scn: Scenario, result: dict[str, Any], sim: list[Wo
                      "thread CPU time (the machine was busy with other work then).</p>")
     parts += ["<h2>Per-arm metrics</h2>", _arms_table(result),
               "<h2>Per-step time: predicted vs measured execute</h2>", _steps_table(result),
-              _img(scatter_figure(real, cost)), "<h2>Timelines</h2>"]
+              _img(scatter_figure(real, cost)),
+              "<h2>The slowest token intervals</h2>", _tail_table(result), "<h2>Timelines</h2>"]
     for arm in scn.arms:
         pair = [(s, r) for s, r in zip(sim, real, strict=True)
                 if s.spec.arm == arm and s.spec.point_id == ref]

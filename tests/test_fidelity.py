@@ -104,6 +104,13 @@ def test_fidelity_json_has_the_design_shape(result: Path) -> None:
         assert r["num_steps"] >= 10 and len(r["ratio_by_tenth"]) == 10
         assert all(v > 0 for v in r["ratio_by_tenth"])
         assert r["range"] == pytest.approx(max(r["ratio_by_tenth"]) / min(r["ratio_by_tenth"]))
+    tail = doc["tail"]
+    assert [r["arm"] for r in tail["runs"]] == ["atomic", "per_depth", "mixed"]
+    for r in tail["runs"]:
+        assert 1 <= r["num_tail"] <= r["num_intervals"]
+        parts = sum(v["measured_ms"] for v in r["by_kind"].values()) + r["gap_measured_ms"]
+        assert parts == pytest.approx(r["measured_ms"], rel=1e-6)
+        assert r["largest_excess_kind"] in r["by_kind"]
 
 
 def test_closed_workload_gives_identical_batch_sequences(result: Path) -> None:
@@ -153,6 +160,9 @@ def test_report_has_both_timelines_per_arm(result: Path) -> None:
     for arm in ("atomic", "per_depth", "mixed"):
         assert arm in html
     assert "Batch sequences" in html and "must be identical" in html
+    assert "The slowest token intervals" in html
+    for r in json.loads((result / "fidelity.json").read_text())["tail"]["runs"]:
+        assert f"<td>{r['num_tail']} of {r['num_intervals']}</td>" in html
 
 
 @pytest.mark.parametrize(
