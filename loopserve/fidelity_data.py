@@ -115,7 +115,8 @@ def run_real(plan: Plan, profile: Profile, *, progress: bool = True) -> RealWorl
 def _probes(target: Any, block_size: int) -> dict[str, float]:
     from sim.calibration.measure import CalibrationRig, config_for, probe_shapes, time_probes
 
-    cfg = config_for(target.model.config.to_shape(), list(probe_shapes().values()), block_size)
+    shape = target.model.config.to_shape()
+    cfg = config_for(shape, list(probe_shapes(shape.num_depths).values()), block_size)
     rig = CalibrationRig(target.runner(cfg, 0), cfg)
     return time_probes(rig)
 

@@ -142,8 +142,34 @@ def test_decode_after_prompt_is_timed_after_a_prompt_step() -> None:
     after = [s for s in shape_grid(QUICK) if s.kind == "decode_after_prompt"]
     assert after and {s.decode for s in after} <= {
         s.decode for s in shape_grid(QUICK) if s.kind == "decode"}
-    before = _predecessor(after[0])
+    before = _predecessor(after[0], 4)
     assert before is not None and before.kind == "prompt"
     assert [(p.prefix, p.chunk, p.depth) for p in before.prompts] == [
         (AFTER_PROMPT_PREFIX, AFTER_PROMPT_CHUNK, 1)]
-    assert _predecessor(Shape("decode", decode=after[0].decode)) is None  # timed warm
+    assert _predecessor(Shape("decode", decode=after[0].decode), 4) is None  # timed warm
+
+
+def test_a_checkpoint_with_three_depths_is_measured_at_its_own_depths(tmp_path: Path) -> None:
+    """The grid, the probes and the untimed predecessors follow the model's D: a CODA step
+    follows the rows' last depth (2 here), and no shape names a depth the model lacks."""
+    import re
+
+    from engine.model.build import empty_model, init_random_weights
+    from engine.model.loader import save_checkpoint
+    from engine.model.presets import get_preset
+    from sim.calibration.measure import _predecessor
+
+    cfg = get_preset("tiny").replace(total_ut_steps=3)
+    save_checkpoint(init_random_weights(empty_model(cfg, "cpu", torch.float32), 0),
+                    tmp_path / "ckpt")
+    out = tmp_path / "cal"
+    args = [a if a != "tiny" else str(tmp_path / "ckpt") for a in QUICK_ARGS]
+    assert main(["calibrate", *args, "--out", str(out)]) == 0
+    with (out / "steps.csv").open() as f:
+        labels = [r["label"] for r in csv.DictReader(f) if r["source"] == "shape"]
+    depths = {int(d) for lab in labels for group in re.findall(r"@\[([\d, ]+)\]", lab)
+              for d in group.split(",")}
+    depths |= {int(d) for lab in labels for d in re.findall(r"\+\d+@(\d+)", lab)}
+    assert depths == {0, 1, 2}
+    coda = _predecessor(Shape("coda", rows=2), 3)
+    assert coda is not None and {r.depth for r in coda.decode} == {2}

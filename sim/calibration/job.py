@@ -10,7 +10,7 @@ import os
 import platform
 import re
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import torch
@@ -159,10 +159,11 @@ def _calibrate(
         torch.set_num_threads(threads)
     dtype = default_dtype(device)
     net = build_model(model, seed=seed, device=device, dtype=dtype)
-    spec = QUICK if quick else GridSpec()
+    model_shape = net.config.to_shape()
+    spec = replace(QUICK if quick else GridSpec(), num_depths=model_shape.num_depths)
     shapes = shape_grid(spec, seed=seed + 1)
-    probes = probe_shapes()
-    cfg = config_for(net.config.to_shape(), [*shapes, *probes.values()], block_size)
+    probes = probe_shapes(model_shape.num_depths)
+    cfg = config_for(model_shape, [*shapes, *probes.values()], block_size)
     started = time.perf_counter()
     runner = build_runner(net, cfg, device, dtype, seed, backend)
     rig = CalibrationRig(runner, cfg, seed)

@@ -39,16 +39,18 @@ _STAGES = {"prelude": Stage.PRELUDE, "coda": Stage.CODA, "prefill": Stage.PREFIL
 AFTER_PROMPT_PREFIX, AFTER_PROMPT_CHUNK = 256, 64
 
 
-def _predecessor(shape: Shape) -> Shape | None:
+def _predecessor(shape: Shape, num_depths: int) -> Shape | None:
     """The untimed step run before a timed one, as in serving: a core call is preceded by a
     like core call (itself), CODA by the last depth of its rows' decode, PRELUDE by CODA, a
     ``decode_after_prompt`` call by a prompt step."""
     from sim.calibration.shapes import DecodeRow, PromptChunk
 
     if shape.kind == "decode_after_prompt":
-        return Shape("prompt", prompts=(PromptChunk(AFTER_PROMPT_PREFIX, AFTER_PROMPT_CHUNK, 1),))
+        return Shape("prompt", prompts=(PromptChunk(AFTER_PROMPT_PREFIX, AFTER_PROMPT_CHUNK,
+                                                    1 % num_depths),))
     if shape.kind == "coda":
-        return Shape("decode", decode=tuple(DecodeRow(256, 3) for _ in range(shape.rows)))
+        return Shape("decode", decode=tuple(DecodeRow(256, num_depths - 1)
+                                            for _ in range(shape.rows)))
     if shape.kind == "prelude":
         return Shape("coda", rows=shape.rows)
     return None
@@ -99,7 +101,7 @@ def config_for(model_shape: object, shapes: list[Shape], block_size: int = 16) -
     assert isinstance(model_shape, ModelShape)
     D = model_shape.num_depths
     need_blocks, seqs, chunk = 1, 1, 1
-    everything = [*shapes, *(p for s in shapes if (p := _predecessor(s)) is not None)]
+    everything = [*shapes, *(p for s in shapes if (p := _predecessor(s, D)) is not None)]
     for s in everything:
         per_plane = sum(_blocks(r.context, block_size) for r in s.decode)
         per_plane += sum(_blocks(p.prefix + p.chunk, block_size) for p in s.prompts)
@@ -254,7 +256,7 @@ def measure_shapes(
             rng.shuffle(todo)
             t_round = time.perf_counter()
             for i in todo:
-                before = _predecessor(shapes[i])
+                before = _predecessor(shapes[i], rig.num_depths)
                 if before is not None:
                     prev, prev_live = rig.build(before)
                     rig.runner.execute(prev)
@@ -293,21 +295,22 @@ def shape_of(batch: Batch) -> Shape:
     return Shape(kind, decode=decode, prompts=prompts, num_depths=depths)
 
 
-def probe_shapes(max_context: int = 1024) -> dict[str, Shape]:
+def probe_shapes(num_depths: int, max_context: int = 1024) -> dict[str, Shape]:
     """Fixed reference steps timed at calibration and again at fidelity time: their ratio
     tells how much faster or slower the machine runs now (shared machines drift, most for
     steps whose working set is large)."""
     from sim.calibration.shapes import DecodeRow, PromptChunk
 
     return {
-        "decode_small": Shape("decode", decode=tuple(DecodeRow(128, i % 4) for i in range(8))),
-        "decode_large": Shape("decode", decode=tuple(DecodeRow(max_context, i % 4)
+        "decode_small": Shape("decode", decode=tuple(DecodeRow(128, i % num_depths)
                                                      for i in range(8))),
-        "prompt": Shape("prompt", prompts=(PromptChunk(max_context // 4, 64, 1),)),
+        "decode_large": Shape("decode", decode=tuple(DecodeRow(max_context, i % num_depths)
+                                                     for i in range(8))),
+        "prompt": Shape("prompt", prompts=(PromptChunk(max_context // 4, 64, 1 % num_depths),)),
     }
 
 
 def time_probes(rig: CalibrationRig, repeats: int = 9) -> dict[str, float]:
     """Median warm execute time of each probe shape (the rig must fit them)."""
     return {name: measure_shapes(rig, [shape], repeats=repeats, progress=False)[0].median_s
-            for name, shape in probe_shapes().items()}
+            for name, shape in probe_shapes(rig.num_depths).items()}

@@ -66,10 +66,11 @@ class Shape:
 @dataclass(frozen=True, slots=True)
 class GridSpec:
     """The ranges the grid covers. Contexts include the row itself; prefixes are the KV
-    positions before a prompt chunk."""
+    positions before a prompt chunk. ``num_depths`` is the model's (calibrate sets it)."""
 
     rows: tuple[int, ...] = (1, 2, 4, 8, 12, 14, 16)
-    contexts: tuple[int, ...] = (64, 256, 1024, 1536, 1792, 2048)
+    # dense from 256 to 1024, where 8-16 rows' KV outgrows a CPU's last-level cache
+    contexts: tuple[int, ...] = (64, 256, 512, 768, 1024, 1536, 2048)
     chunks: tuple[int, ...] = (16, 64, 128, 256)
     prefixes: tuple[int, ...] = (0, 256, 1024, 2048)
     mixed_rows: tuple[int, ...] = (1, 4, 8, 12, 16)
