@@ -40,9 +40,12 @@ def build_parser() -> argparse.ArgumentParser:
         r.add_argument("--set", dest="sets", action="append", default=[], metavar="KEY=VALUE",
                        help="override a dotted field, value parsed as YAML (repeatable)")
         r.add_argument("--no-progress", action="store_true", help="hide the progress bar")
+        r.set_defaults(handler=lambda a, argv, sweep=name == "sweep": cmd_run(
+            a, require_sweep=sweep, argv=argv))
     rep = sub.add_parser("report", help="one report.html comparing one or more run folders")
     rep.add_argument("run_dirs", nargs="+", metavar="RUN_DIR")
     rep.add_argument("--out", help="folder for report.html (default: the first RUN_DIR)")
+    rep.set_defaults(handler=lambda a, argv: cmd_report(a.run_dirs, a.out))
     from loopserve import calibrate_cmd, fidelity
 
     calibrate_cmd.add_parser(sub)
@@ -53,13 +56,8 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
-        if args.command == "report":
-            return cmd_report(args.run_dirs, args.out)
-        if args.command in ("calibrate", "fidelity"):
-            return int(args.handler(args, list(sys.argv if argv is None else
-                                                ["loopserve", *argv])))
-        return cmd_run(args, require_sweep=args.command == "sweep",
-                       argv=list(sys.argv if argv is None else ["loopserve", *argv]))
+        # every subcommand sets its handler(args, argv): argv is recorded in env.json
+        return int(args.handler(args, list(sys.argv if argv is None else ["loopserve", *argv])))
     except UserError as err:
         print(f"loopserve: error: {err}", file=sys.stderr)
         return EXIT_USAGE

@@ -111,6 +111,13 @@ def test_a_kind_without_fitting_samples_has_no_model() -> None:
     assert fit_stage("coda", held) is None
 
 
+def test_a_single_fitting_sample_gives_its_own_time() -> None:
+    (one,) = _decode_samples(lambda f: 2e-3, 1, seed=7, noise=0.0)
+    res = fit_stage("decode", [one])
+    assert res is not None and res.fit.features == [] and res.fit.grid is None
+    assert res.fit.intercept_s == pytest.approx(one.seconds)
+
+
 def test_grid_term_interpolates_and_extends_linearly() -> None:
     g = GridTerm(feature="rows", points=[0, 10, 20], values_s=[0.0, 1.0, 3.0])
     assert g.value(5) == pytest.approx(0.5)

@@ -59,6 +59,24 @@ def test_seeded_weights_are_reproducible_and_seed_dependent() -> None:
     assert a.model.inv_freq.dtype == torch.float32
 
 
+def test_weights_drawn_on_the_device_follow_the_same_recipe() -> None:
+    """``on_device`` (the GPU check's fast init) keeps norms at 1, biases at 0 and the
+    N(0, initializer_range) draw; only where the numbers come from differs."""
+    from engine.model.build import empty_model, init_random_weights
+
+    cfg = get_preset("small")
+    a = init_random_weights(empty_model(cfg, "cpu", torch.float32), 5, on_device=True)
+    b = init_random_weights(empty_model(cfg, "cpu", torch.float32), 5, on_device=True)
+    for (name, pa), pb in zip(a.state_dict().items(), b.state_dict().values(), strict=True):
+        assert torch.equal(pa, pb), name
+        if "norm" in name and name.endswith("weight"):
+            assert torch.all(pa == 1), name
+        elif name.endswith("bias"):
+            assert torch.all(pa == 0), name
+    w = a.model.layers[0].mlp.gate_proj.weight
+    assert float(w.std()) == pytest.approx(cfg.initializer_range, rel=0.05)
+
+
 def test_rmsnorm_and_rope_follow_the_reference_formulas() -> None:
     x = torch.randn(5, 32)
     norm = RMSNorm(32, 1e-6)

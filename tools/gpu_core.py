@@ -20,17 +20,10 @@ from tools.gpu_measure import NOMINAL_COPY_BPS, Sizes, log, stats, time_repeats,
 def random_model(preset: str, device: torch.device, dtype: torch.dtype, seed: int = 0) -> Any:
     """A preset with random weights drawn on the device (fast for 1.4B; timing only)."""
     from engine.model import empty_model, get_preset
+    from engine.model.build import init_random_weights
 
-    model = empty_model(get_preset(preset), device, dtype)
-    gen = torch.Generator(device=device).manual_seed(seed)
-    std = model.config.initializer_range
-    with torch.no_grad():
-        for name, p in model.named_parameters():
-            if name.endswith("norm.weight") or "layernorm" in name:
-                p.fill_(1.0)
-            else:
-                p.normal_(0.0, std, generator=gen)
-    return model
+    return init_random_weights(empty_model(get_preset(preset), device, dtype), seed,
+                               on_device=True)
 
 
 def stack_bytes(model: Any) -> int:

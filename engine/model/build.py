@@ -33,16 +33,21 @@ def _is_norm(name: str) -> bool:
 
 
 @torch.no_grad()
-def init_random_weights(model: OuroForCausalLM, seed: int) -> OuroForCausalLM:
-    """Seeded N(0, initializer_range) weights drawn on CPU (device-independent), norms at 1,
-    gate bias 0."""
-    gen = torch.Generator().manual_seed(seed)
+def init_random_weights(model: OuroForCausalLM, seed: int, *,
+                        on_device: bool = False) -> OuroForCausalLM:
+    """Seeded N(0, initializer_range) weights, norms at 1, gate bias 0. Drawn on CPU, so the
+    same on every device; ``on_device`` draws them where the model lives instead (fast for
+    1.4B parameters on a GPU, but the values then depend on the device: timing only)."""
+    device = next(model.parameters()).device if on_device else torch.device("cpu")
+    gen = torch.Generator(device=device).manual_seed(seed)
     std = model.config.initializer_range
     for name, param in model.named_parameters():
         if _is_norm(name):
             param.fill_(1.0)
         elif name.endswith("bias"):
             param.zero_()
+        elif on_device:
+            param.normal_(0.0, std, generator=gen)
         else:
             param.copy_(torch.randn(param.shape, generator=gen) * std)
     return model

@@ -198,18 +198,18 @@ def fit_stage(kind: str, samples: Sequence[Sample], *, folds: int = 5,
     names = CANDIDATES[kind]
     feats = {f: np.array([s.features[f] for s in fit_s], dtype=np.float64) for f in names}
     folds = max(2, min(folds, y.size))
-    scored = [(_cv_mape(sp, feats, y, folds, relative), sp) for sp in _specs(kind, feats)]
-    finite = [(e, sp) for e, sp in scored if np.isfinite(e)
-              and _solve(_design(sp, feats, y.size), y, relative=relative) is not None]
-    if not finite:  # too few samples for any feature: the mean time
-        finite = [(float(np.mean(np.abs(y - y.mean()) / y)), _Spec((), None))]
-    best = min(e for e, _ in finite)
-    ok = [(sp.num_params, e, sp) for e, sp in finite
+    finite: list[tuple[float, _Spec, np.ndarray]] = []
+    for sp in _specs(kind, feats):
+        e = _cv_mape(sp, feats, y, folds, relative)
+        if np.isfinite(e) and (beta := _solve(_design(sp, feats, y.size), y,
+                                              relative=relative)) is not None:
+            finite.append((e, sp, beta))
+    if not finite:  # one fitting sample (no fold to score on): its own time
+        finite = [(0.0, _Spec((), None), np.array([float(np.median(y))]))]
+    best = min(e for e, _, _ in finite)
+    ok = [(sp.num_params, e, sp, beta) for e, sp, beta in finite
           if e <= best * _TOLERANCE[0] + _TOLERANCE[1]]
-    _, cv, spec = min(ok, key=lambda t: (t[0], t[1]))
-    beta = _solve(_design(spec, feats, y.size), y, relative=relative)
-    if beta is None:  # only the mean model can get here
-        beta = np.array([float(np.median(y))])
+    _, cv, spec, beta = min(ok, key=lambda t: (t[0], t[1]))
     fit = _stage_fit(spec, beta)
     result = StageResult(kind, fit, cv, len(fit_s), len(held), None, None)
     for s in [*fit_s, *held]:
