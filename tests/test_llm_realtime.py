@@ -113,3 +113,26 @@ def test_batch_failure_is_routed_to_core_fail_and_the_run_continues() -> None:
     assert [(e.token_id, e.exit_depth) for e in again[0].tokens] == [
         (e.token_id, e.exit_depth) for e in again[1].tokens
     ]
+
+
+def test_objects_alive_before_a_run_are_frozen_during_it_and_released_after() -> None:
+    """No full collection over a model and earlier runs' records inside a timed step: they
+    sit in the permanent generation for the run (gc.freeze), and are handed back after."""
+    import gc
+
+    model = tiny_model()
+    cfg = make_engine_config(model, arm="mixed", **ENGINE_KWARGS)
+    runner = build_runner(model, cfg)
+    frozen: list[int] = []
+    execute = runner.execute
+
+    def spying(batch):  # type: ignore[no-untyped-def]
+        frozen.append(gc.get_freeze_count())
+        return execute(batch)
+
+    runner.execute = spying  # type: ignore[method-assign]
+    before = gc.get_freeze_count()
+    records = run_realtime(cfg, ListSource([_spec("a", [1, 2, 3], 0.0)]), runner)
+    assert records.steps and len(frozen) == len(records.steps)
+    assert min(frozen) > before + 1000  # at least the model and this test's objects
+    assert gc.get_freeze_count() == before
