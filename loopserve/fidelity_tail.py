@@ -12,6 +12,9 @@ is shown next to its median ratio over the whole run:
   term of the cost model, or the machine's overall speed);
 - tail ratio well above the run ratio: the tail is made of steps that ran slow only there,
   short bursts of machine noise that a per-step cost model cannot predict.
+
+It also flags a p99 that sits where the interval distribution jumps between clusters: there
+the statistic is fragile in both worlds, whatever the cost model.
 """
 
 from __future__ import annotations
@@ -26,6 +29,10 @@ if TYPE_CHECKING:
 
 PERCENTILE = 99.0
 BURST_RATIO = 1.25  # tail ratio / run ratio above which a kind's tail steps count as bursts
+# (p99.5 - p98.5) / p99 above which p99 sits where the interval distribution jumps from one
+# cluster to another (say, decode-only intervals and those stalled behind a prefill): there a
+# few intervals more or less on either side move the statistic by tens of percent
+EDGE = 0.5
 
 
 def _intervals(run: WorldRun) -> list[tuple[int, int]]:
@@ -53,6 +60,7 @@ def _run_tail(run: WorldRun, cost: CalibratedCost) -> dict[str, Any] | None:
     starts = np.array([s.start_s for s in steps])
     spans = np.array([ends[b] - ends[a] for a, b in ivs])
     threshold = float(np.percentile(spans, PERCENTILE))
+    lo, hi = (float(v) for v in np.percentile(spans, [PERCENTILE - 0.5, PERCENTILE + 0.5]))
     tail = [iv for iv, span in zip(ivs, spans, strict=True) if span >= threshold]
     kinds = [s.kind for s in steps]
     dur = ends - starts
@@ -89,6 +97,7 @@ def _run_tail(run: WorldRun, cost: CalibratedCost) -> dict[str, Any] | None:
     return {
         "arm": run.spec.arm, "point_id": run.spec.point_id, "repeat": run.spec.repeat,
         "num_intervals": len(ivs), "num_tail": n, "threshold_ms": threshold * 1e3,
+        "around_ms": [lo * 1e3, hi * 1e3], "on_edge": (hi - lo) / threshold > EDGE,
         "measured_ms": float(np.mean([ends[b] - ends[a] for a, b in tail])) * 1e3,
         "predicted_ms": sum(v["predicted_ms"] for v in out_kinds.values()) + gap_pred / n,
         "gap_measured_ms": gap_meas / n, "gap_predicted_ms": gap_pred / n,
@@ -117,6 +126,11 @@ def tail_lines(section: dict[str, Any]) -> list[str]:
         reading = {True: "bursts", False: "steady excess", None: "-"}[r["bursts"]]
         lines.append(f"  {r['arm']:<10} r{r['repeat']}: {r['measured_ms']:.1f} ms measured, "
                      f"{r['predicted_ms']:.1f} predicted: {'; '.join(parts)}  [{reading}]")
+        if r["on_edge"]:
+            lo, hi = r["around_ms"]
+            lines.append(f"  {'':<10}     p99 {r['threshold_ms']:.1f} ms sits on a cluster edge "
+                         f"(p{section['percentile'] - 0.5:g} {lo:.1f}, "
+                         f"p{section['percentile'] + 0.5:g} {hi:.1f} ms): a fragile statistic")
     if lines:
         lines.insert(0, f"slowest {100 - section['percentile']:g}% of token intervals, measured/"
                         "predicted for the same steps (tail vs whole-run ratio):")

@@ -53,6 +53,19 @@ def test_the_slowest_percent_is_picked_and_split_by_kind() -> None:
     assert r["gap_measured_ms"] == pytest.approx(0.2) == r["gap_predicted_ms"]
     assert r["largest_excess_kind"] == "decode" and r["bursts"] is True
     assert r["predicted_ms"] == pytest.approx(14.2)
+    assert r["on_edge"] is False
+
+
+def test_a_p99_between_two_clusters_is_flagged() -> None:
+    """Five stalled intervals in 399 (1.25%): p99 lands on the first of them, p98.5 in the
+    body; the statistic jumps by 5x across one percent of intervals."""
+    run = _run(["decode"] * 400, [0.010] * 400, {i: 5.0 for i in (50, 120, 200, 280, 350)})
+    sec = tail([run], _Cost())  # type: ignore[arg-type]
+    (r,) = sec["runs"]
+    assert r["threshold_ms"] == pytest.approx(50.1)
+    assert r["around_ms"] == pytest.approx([10.1, 50.1])
+    assert r["on_edge"] is True
+    assert "sits on a cluster edge (p98.5 10.1, p99.5 50.1 ms)" in tail_lines(sec)[2]
 
 
 def test_a_uniformly_slow_run_is_a_steady_excess_not_bursts() -> None:
