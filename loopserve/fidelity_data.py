@@ -9,12 +9,10 @@ schedule does not depend on timing.
 
 from __future__ import annotations
 
-import sys
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
-from tqdm import tqdm
 
 from engine.core.batch import Batch
 from engine.core.records import RunRecords
@@ -23,7 +21,8 @@ from loopserve.fidelity_batches import batch_comparison
 from loopserve.fidelity_drift import drift
 from loopserve.fidelity_tail import tail
 from loopserve.fidelity_targets import targets
-from loopserve.orchestrate import Plan, RunSpec, build_source
+from loopserve.orchestrate import Plan, RunSpec, build_source, each_run, simulate_run
+from loopserve.sweep import SweepPoint
 from sim.cost.calibrated import CalibratedCost, Profile
 
 METRICS: dict[str, tuple[str, str | None]] = {
@@ -71,29 +70,16 @@ class _Capture:
         return dict(self.cost.breakdown(batch))
 
 
-def _bar(plan: Plan, world: str, progress: bool) -> Any:
-    return tqdm(plan.runs, desc=f"{plan.scenario.name} [{world}]", unit="run", file=sys.stderr,
-                disable=not progress, leave=False)
-
-
 def run_sim(plan: Plan, *, progress: bool = True) -> list[WorldRun]:
     """Every planned run in the simulator (calibrated cost), batches captured."""
     from loopserve.metrics import summarize
-    from sim.driver import simulate
-    from sim.exit_model import make_signal_fn
 
-    by_id = {p.point_id: p for p in plan.points}
-    out = []
-    for spec in _bar(plan, "sim", progress):
-        scn = by_id[spec.point_id].scenario
+    def one(point: SweepPoint, spec: RunSpec) -> WorldRun:
         capture = _Capture(plan.costs[spec.point_id])
-        signal_fn = make_signal_fn(spec.cfg.exit, plan.shape.num_depths, seed=spec.seed,
-                                   mean_lambdas=scn.exit.lambdas)
-        records = simulate(spec.cfg, build_source(scn, spec.seed, plan.shape), capture,
-                           signal_fn=signal_fn, seed=spec.seed, vocab_size=plan.shape.vocab_size)
-        out.append(WorldRun(spec, records, capture.batches,
-                            summarize(records, plan.shape.num_depths)))
-    return out
+        records = simulate_run(plan, point, spec, capture)
+        return WorldRun(spec, records, capture.batches, summarize(records, plan.shape.num_depths))
+
+    return each_run(plan, one, progress=progress, world="sim")
 
 
 @dataclass
@@ -128,24 +114,20 @@ def _run_real(plan: Plan, progress: bool, block_size: int) -> RealWorld:
     from sim.calibration.host_gap import RecordingRunner
 
     target = RealTarget(plan.scenario, plan.target)
-    by_id = {p.point_id: p for p in plan.points}
+    probes: list[dict[str, float]] = []
 
-    def one(spec: RunSpec) -> tuple[RunRecords, RecordingRunner]:
-        runner = RecordingRunner(target.runner(spec.cfg, spec.seed))
-        src = build_source(by_id[spec.point_id].scenario, spec.seed, plan.shape)
+    def one(point: SweepPoint, spec: RunSpec) -> WorldRun:
         # Batches come from the runner (signatures after the run), so the timed loop is the
         # one `loopserve run` times.
-        return run_realtime(spec.cfg, src, runner), runner  # type: ignore[arg-type]
+        runner = RecordingRunner(target.runner(spec.cfg, spec.seed))
+        src = build_source(point.scenario, spec.seed, plan.shape)
+        records = run_realtime(spec.cfg, src, runner)  # type: ignore[arg-type]
+        return WorldRun(spec, records, runner.batches,
+                        summarize(records, plan.shape.num_depths), runner.cpu_s)
 
-    if plan.scenario.runner.warmup and plan.runs:
-        one(plan.runs[0])
-    before = _probes(target, block_size)
-    out = []
-    for spec in _bar(plan, plan.target, progress):
-        records, runner = one(spec)
-        out.append(WorldRun(spec, records, runner.batches,
-                            summarize(records, plan.shape.num_depths), runner.cpu_s))
-    return RealWorld(out, before, _probes(target, block_size))
+    runs = each_run(plan, one, progress=progress,
+                    after_warmup=lambda: probes.append(_probes(target, block_size)))
+    return RealWorld(runs, probes[0], _probes(target, block_size))
 
 
 # ---- comparison ------------------------------------------------------------------------------

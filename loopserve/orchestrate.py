@@ -8,8 +8,9 @@ and point, cost models, workload sources), so bad input fails before any run or 
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 from tqdm import tqdm
 
@@ -21,6 +22,7 @@ from loopserve.schema.scenario import Scenario
 from loopserve.sweep import SweepPoint, expand, reference_point
 
 TARGETS = ("sim", "cpu", "cuda")
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -96,33 +98,43 @@ def plan_runs(scn: Scenario, target: str) -> Plan:
     return plan
 
 
-def execute(plan: Plan, *, progress: bool = True) -> list[RunResult]:
-    """Run every planned run in order; ValueErrors from a run become UserErrors."""
-    from loopserve.metrics import summarize
-    from sim.validity import check
-
+def each_run(plan: Plan, run_one: Callable[[SweepPoint, RunSpec], T], *,
+             progress: bool = True, world: str | None = None,
+             after_warmup: Callable[[], None] | None = None) -> list[T]:
+    """``run_one`` for every planned run in order, under a progress bar; on a real target an
+    untimed warm-up run first when the scenario asks for it (first-run costs are not data),
+    then ``after_warmup``. ValueErrors from a run become UserErrors naming it."""
     by_id = {p.point_id: p for p in plan.points}
-    runner = _run_sim if plan.target == "sim" else _run_real
     if plan.target != "sim" and plan.scenario.runner.warmup and plan.runs:
         first = plan.runs[0]
-        runner(plan, by_id[first.point_id], first)  # discarded: first-run costs are not data
-    results = []
-    bar = tqdm(plan.runs, desc=f"{plan.scenario.name} [{plan.target}]", unit="run",
+        run_one(by_id[first.point_id], first)
+    if after_warmup is not None:
+        after_warmup()
+    out = []
+    bar = tqdm(plan.runs, desc=f"{plan.scenario.name} [{world or plan.target}]", unit="run",
                file=sys.stderr, disable=not progress, leave=False)
     for spec in bar:
         bar.set_postfix_str(f"{spec.arm} p{spec.point_id} r{spec.repeat}", refresh=False)
-        point = by_id[spec.point_id]
         try:
-            records = runner(plan, point, spec)
+            out.append(run_one(by_id[spec.point_id], spec))
         except ValueError as err:
             raise UserError.from_value_error(
                 err, "workload", f"arm {spec.arm}, point {spec.point_id}, repeat {spec.repeat}"
             ) from None
-        reasons = check(records, spec.arm)
-        metrics = summarize(records, plan.shape.num_depths)
-        results.append(RunResult(spec, records, reasons, metrics))
     bar.close()
-    return results
+    return out
+
+
+def execute(plan: Plan, *, progress: bool = True) -> list[RunResult]:
+    """Run every planned run in order (``each_run``), each checked and summarised."""
+    from loopserve.metrics import summarize
+    from sim.validity import check
+
+    one = simulate_run if plan.target == "sim" else _run_real
+    runs = each_run(plan, lambda point, spec: one(plan, point, spec), progress=progress)
+    return [RunResult(spec, records, check(records, spec.arm),
+                      summarize(records, plan.shape.num_depths))
+            for spec, records in zip(plan.runs, runs, strict=True)]
 
 
 # ---- sources, cost models and runners ------------------------------------------------------
@@ -167,7 +179,8 @@ def _cost_model(scn: Scenario, shape: ModelShape, context: str) -> Any:
         raise UserError.from_value_error(ValueError(str(err)), "cost", context) from None
 
 
-def _run_sim(plan: Plan, point: SweepPoint, spec: RunSpec) -> RunRecords:
+def simulate_run(plan: Plan, point: SweepPoint, spec: RunSpec, cost: Any = None) -> RunRecords:
+    """One run in the simulator, priced by ``cost`` (default: the point's cost model)."""
     from sim.driver import simulate
     from sim.exit_model import make_signal_fn
 
@@ -176,7 +189,8 @@ def _run_sim(plan: Plan, point: SweepPoint, spec: RunSpec) -> RunRecords:
         spec.cfg.exit, plan.shape.num_depths, seed=spec.seed, mean_lambdas=scn.exit.lambdas
     )
     return simulate(
-        spec.cfg, build_source(scn, spec.seed, plan.shape), plan.costs[point.point_id],
+        spec.cfg, build_source(scn, spec.seed, plan.shape),
+        plan.costs[point.point_id] if cost is None else cost,
         signal_fn=signal_fn, seed=spec.seed, vocab_size=plan.shape.vocab_size,
     )
 
