@@ -17,27 +17,16 @@ from matplotlib.patches import Patch
 from loopserve.fidelity_data import WorldRun
 from loopserve.plots import png_bytes
 from loopserve.schema.scenario import Scenario
-from loopserve.timeline import KIND_COLORS, KIND_LABELS
+from loopserve.timeline import KIND_COLORS, KIND_LABELS, draw_lane
 
 
 def _lane(ax: Any, run: WorldRun, label: str) -> None:
-    steps = run.records.steps
-    for kind, color in KIND_COLORS.items():
-        spans = [(s.start_s * 1e3, (s.end_s - s.start_s) * 1e3) for s in steps if s.kind == kind]
-        if spans:
-            ax.broken_barh(spans, (0.0, 1.0), facecolors=color, linewidth=0)
-    injected = {q.request_id for q in run.records.requests if q.injected}
-    toks = [t.time_s * 1e3 for t in run.records.tokens if t.request_id not in injected]
-    ax.plot(toks, [-0.25] * len(toks), linestyle="none", marker="|", markersize=5,
-            color="#333333", alpha=0.5)
-    for k, q in enumerate(r for r in run.records.requests if r.injected and r.first_token_s):
-        y = 1.3 + 0.2 * (k % 3)
-        ax.plot([q.arrival_s * 1e3, q.first_token_s * 1e3], [y, y], color="black", marker="|")
-    ax.set_ylim(-0.5, 2.0)
-    ax.set_yticks([])
-    ax.set_ylabel(label, rotation=0, ha="right", va="center", fontsize=9)
-    for side in ("top", "right", "left"):
-        ax.spines[side].set_visible(False)
+    rec = run.records
+    injected = {q.request_id for q in rec.requests if q.injected}
+    draw_lane(ax, ((s.start_s, s.end_s, s.kind) for s in rec.steps),
+              (t.time_s for t in rec.tokens if t.request_id not in injected),
+              ((q.arrival_s, q.first_token_s) for q in rec.requests
+               if q.injected and q.first_token_s is not None), label)
 
 
 def _zoom(run: WorldRun) -> tuple[float, float] | None:

@@ -8,7 +8,8 @@ window around the first injection (or on the first steps when nothing is injecte
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
+from typing import Any
 
 import matplotlib.pyplot as plt
 import pandas as pd
@@ -73,6 +74,35 @@ def _window(series: Sequence[tuple[RunData, str]]) -> tuple[float, float, str]:
     return 0.0, stop, f"first {_MAX_UNZOOMED_STEPS} steps" if stop < end else ""
 
 
+def draw_lane(ax: Any, steps: Iterable[tuple[float, float, str]], decode_token_s: Iterable[float],
+              injected: Iterable[tuple[float, float]], label: str, *,
+              ttft_labels_until_s: float | None = None) -> None:
+    """One lane, times in seconds drawn in ms: ``steps`` (start, end, kind) as bars coloured
+    by kind, each injected prompt's (arrival, first token) as a span above them (labelled
+    with its TTFT when ``ttft_labels_until_s`` is given), decode tokens as ticks below."""
+    spans: dict[str, list[tuple[float, float]]] = {}
+    for start, end, kind in steps:
+        spans.setdefault(kind, []).append((start * 1e3, (end - start) * 1e3))
+    for kind, color in KIND_COLORS.items():
+        if spans.get(kind):
+            ax.broken_barh(spans[kind], (0.0, 1.0), facecolors=color, linewidth=0)
+    for k, (arrival, first) in enumerate(injected):
+        y = 1.3 + 0.18 * (k % 3)
+        a, f = arrival * 1e3, first * 1e3
+        ax.plot([a, f], [y, y], color="black", linewidth=1.6, marker="|", markersize=9)
+        if ttft_labels_until_s is not None:
+            ax.text(min(f, ttft_labels_until_s * 1e3), y, f"  TTFT {f - a:.3g} ms",
+                    va="center", fontsize=7, clip_on=True)
+    ticks = [t * 1e3 for t in decode_token_s]
+    ax.plot(ticks, [-0.25] * len(ticks), linestyle="none", marker="|", markersize=6,
+            color="#333333", alpha=0.6)
+    ax.set_ylim(-0.5, 1.95)
+    ax.set_yticks([])
+    ax.set_ylabel(label, rotation=0, ha="right", va="center", fontsize=9)
+    for side in ("top", "right", "left"):
+        ax.spines[side].set_visible(False)
+
+
 def timeline_figure(runs: Sequence[RunData]) -> Figure:
     """Stacked per-arm timelines at each run's reference point, first repeat."""
     multi = len(runs) > 1
@@ -95,33 +125,16 @@ def timeline_figure(runs: Sequence[RunData]) -> Figure:
         pid = run.reference_point_id
         steps = _first_repeat(run.steps, arm, pid)
         steps = steps[(steps["end_s"] >= start) & (steps["start_s"] <= stop)]
-        for kind, color in KIND_COLORS.items():
-            rows = steps[steps["kind"] == kind]
-            if not rows.empty:
-                spans = list(zip(rows["start_s"] * scale,
-                                 (rows["end_s"] - rows["start_s"]) * scale, strict=True))
-                ax.broken_barh(spans, (0.0, 1.0), facecolors=color, linewidth=0)
         req = _first_repeat(run.requests, arm, pid)
         inj = req[req["injected"].astype(bool) & req["first_token_s"].notna()
                   & (req["arrival_s"] <= stop) & (req["first_token_s"] >= start)]
         any_injected |= not inj.empty
-        for k, (_, q) in enumerate(inj.iterrows()):
-            y = 1.3 + 0.18 * (k % 3)
-            a, f = q["arrival_s"] * scale, q["first_token_s"] * scale
-            ax.plot([a, f], [y, y], color="black", linewidth=1.6, marker="|", markersize=9)
-            ax.text(min(f, stop * scale), y, f"  TTFT {f - a:.3g} ms", va="center", fontsize=7,
-                    clip_on=True)
         toks = _first_repeat(run.tokens, arm, pid)
         decode_ids = set(req.loc[~req["injected"].astype(bool), "request_id"])
         toks = toks[toks["request_id"].isin(decode_ids) & toks["time_s"].between(start, stop)]
-        ax.plot(toks["time_s"] * scale, [-0.25] * len(toks), linestyle="none", marker="|",
-                markersize=6, color="#333333", alpha=0.6)
-        ax.set_ylim(-0.5, 1.95)
-        ax.set_yticks([])
-        ax.set_ylabel(run.series_label(arm, multi), rotation=0, ha="right", va="center",
-                      fontsize=9)
-        for side in ("top", "right", "left"):
-            ax.spines[side].set_visible(False)
+        draw_lane(ax, zip(steps["start_s"], steps["end_s"], steps["kind"], strict=True),
+                  toks["time_s"], zip(inj["arrival_s"], inj["first_token_s"], strict=True),
+                  run.series_label(arm, multi), ttft_labels_until_s=stop)
     handles: list[Artist] = [Patch(color=c, label=KIND_LABELS[k]) for k, c in KIND_COLORS.items()]
     if any_injected:
         handles.append(Line2D([], [], color="black", marker="|",
