@@ -240,12 +240,15 @@ class _RealtimeRun:
         # Objects alive before the run (a model, earlier runs' records) go to the permanent
         # generation, as vLLM does after start-up: a full collection over them took 120-215 ms
         # mid-step on a CPU, which a token interval then shows as a latency spike.
+        # A caller that froze its own objects (a server after start-up) keeps them frozen.
+        was_frozen = gc.get_freeze_count() > 0
         gc.collect()
         gc.freeze()
         try:
             return self._loop()
         finally:
-            gc.unfreeze()
+            if not was_frozen:
+                gc.unfreeze()
 
     def _loop(self) -> RunRecords:
         self.t0 = time.perf_counter()

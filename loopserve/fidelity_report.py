@@ -144,8 +144,9 @@ def _tail_table(result: dict[str, Any]) -> str:
             for k, v in r["by_kind"].items())
         reading = {True: "bursts", False: "steady excess", None: "-"}[r["bursts"]]
         if r["on_edge"]:
-            reading += (f"; p99 on a cluster edge (p98.5 {r['around_ms'][0]:.1f}, p99.5 "
-                        f"{r['around_ms'][1]:.1f} ms)")
+            q = sec["percentile"]
+            reading += (f"; p{q:g} on a cluster edge (p{q - 0.5:g} {r['around_ms'][0]:.1f}, "
+                        f"p{q + 0.5:g} {r['around_ms'][1]:.1f} ms)")
         rows.append(f"<tr><td>{html.escape(r['arm'])}</td><td>{r['repeat']}</td>"
                     f"<td>{r['num_tail']} of {r['num_intervals']}</td>"
                     f"<td>{r['measured_ms']:.1f}</td><td>{r['predicted_ms']:.1f}</td>"

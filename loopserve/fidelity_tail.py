@@ -97,7 +97,8 @@ def _run_tail(run: WorldRun, cost: CalibratedCost) -> dict[str, Any] | None:
     return {
         "arm": run.spec.arm, "point_id": run.spec.point_id, "repeat": run.spec.repeat,
         "num_intervals": len(ivs), "num_tail": n, "threshold_ms": threshold * 1e3,
-        "around_ms": [lo * 1e3, hi * 1e3], "on_edge": (hi - lo) / threshold > EDGE,
+        "around_ms": [lo * 1e3, hi * 1e3],
+        "on_edge": threshold > 0 and (hi - lo) / threshold > EDGE,
         "measured_ms": float(np.mean([ends[b] - ends[a] for a, b in tail])) * 1e3,
         "predicted_ms": sum(v["predicted_ms"] for v in out_kinds.values()) + gap_pred / n,
         "gap_measured_ms": gap_meas / n, "gap_predicted_ms": gap_pred / n,
@@ -108,7 +109,7 @@ def _run_tail(run: WorldRun, cost: CalibratedCost) -> dict[str, Any] | None:
 def tail(real: list[WorldRun], cost: CalibratedCost) -> dict[str, Any]:
     """The ``tail`` section of fidelity.json: one entry per measured run with intervals."""
     runs = [t for r in real if (t := _run_tail(r, cost)) is not None]
-    return {"percentile": PERCENTILE, "burst_ratio": BURST_RATIO,
+    return {"percentile": PERCENTILE, "burst_ratio": BURST_RATIO, "edge": EDGE,
             "measure": "intervals at or above the run's measured ITL p99; per interval",
             "runs": runs}
 
@@ -128,7 +129,8 @@ def tail_lines(section: dict[str, Any]) -> list[str]:
                      f"{r['predicted_ms']:.1f} predicted: {'; '.join(parts)}  [{reading}]")
         if r["on_edge"]:
             lo, hi = r["around_ms"]
-            lines.append(f"  {'':<10}     p99 {r['threshold_ms']:.1f} ms sits on a cluster edge "
+            lines.append(f"  {'':<10}     p{section['percentile']:g} {r['threshold_ms']:.1f} ms "
+                         "sits on a cluster edge "
                          f"(p{section['percentile'] - 0.5:g} {lo:.1f}, "
                          f"p{section['percentile'] + 0.5:g} {hi:.1f} ms): a fragile statistic")
     if lines:

@@ -101,27 +101,31 @@ def plan_runs(scn: Scenario, target: str) -> Plan:
 def each_run(plan: Plan, run_one: Callable[[SweepPoint, RunSpec], T], *,
              progress: bool = True, world: str | None = None,
              after_warmup: Callable[[], None] | None = None) -> list[T]:
-    """``run_one`` for every planned run in order, under a progress bar; on a real target an
-    untimed warm-up run first when the scenario asks for it (first-run costs are not data),
-    then ``after_warmup``. ValueErrors from a run become UserErrors naming it."""
+    """``run_one`` for every planned run in order, under a progress bar. On a real target an
+    untimed warm-up run comes first when the scenario asks for it (first-run costs are not
+    data); ``after_warmup`` is called once before the timed runs, warm-up or not. ValueErrors
+    from a run (the warm-up included) become UserErrors naming it."""
     by_id = {p.point_id: p for p in plan.points}
+
+    def one(spec: RunSpec, what: str = "") -> T:
+        try:
+            return run_one(by_id[spec.point_id], spec)
+        except ValueError as err:
+            raise UserError.from_value_error(
+                err, "workload",
+                f"{what}arm {spec.arm}, point {spec.point_id}, repeat {spec.repeat}",
+            ) from None
+
     if plan.target != "sim" and plan.scenario.runner.warmup and plan.runs:
-        first = plan.runs[0]
-        run_one(by_id[first.point_id], first)
+        one(plan.runs[0], "warm-up run, ")
     if after_warmup is not None:
         after_warmup()
     out = []
-    bar = tqdm(plan.runs, desc=f"{plan.scenario.name} [{world or plan.target}]", unit="run",
-               file=sys.stderr, disable=not progress, leave=False)
-    for spec in bar:
-        bar.set_postfix_str(f"{spec.arm} p{spec.point_id} r{spec.repeat}", refresh=False)
-        try:
-            out.append(run_one(by_id[spec.point_id], spec))
-        except ValueError as err:
-            raise UserError.from_value_error(
-                err, "workload", f"arm {spec.arm}, point {spec.point_id}, repeat {spec.repeat}"
-            ) from None
-    bar.close()
+    with tqdm(plan.runs, desc=f"{plan.scenario.name} [{world or plan.target}]", unit="run",
+              file=sys.stderr, disable=not progress, leave=False) as bar:
+        for spec in bar:
+            bar.set_postfix_str(f"{spec.arm} p{spec.point_id} r{spec.repeat}", refresh=False)
+            out.append(one(spec))
     return out
 
 

@@ -136,3 +136,27 @@ def test_objects_alive_before_a_run_are_frozen_during_it_and_released_after() ->
     assert records.steps and len(frozen) == len(records.steps)
     assert min(frozen) > before + 1000  # at least the model and this test's objects
     assert gc.get_freeze_count() == before
+
+
+def test_a_run_that_raises_still_unfreezes_and_a_callers_freeze_is_kept() -> None:
+    import gc
+
+    model = tiny_model()
+    cfg = make_engine_config(model, arm="mixed", **ENGINE_KWARGS)
+    runner = build_runner(model, cfg)
+
+    class Raising(ListSource):
+        def on_token(self, event):  # type: ignore[no-untyped-def]
+            raise RuntimeError("source broke")
+
+    assert gc.get_freeze_count() == 0
+    with pytest.raises(RuntimeError, match="source broke"):
+        run_realtime(cfg, Raising([_spec("a", [1, 2, 3], 0.0)]), runner)
+    assert gc.get_freeze_count() == 0
+    gc.freeze()  # a server that froze its start-up objects
+    try:
+        kept = gc.get_freeze_count()
+        run_realtime(cfg, ListSource([_spec("a", [1, 2, 3], 0.0)]), runner)
+        assert gc.get_freeze_count() >= kept
+    finally:
+        gc.unfreeze()

@@ -139,3 +139,32 @@ def test_cost_auto_picks_the_checked_in_profile_or_the_roofline() -> None:
     h200 = load_scenario(repo / "scenarios" / "interference.yaml", [])
     assert not (repo / "results" / "profiles" / "h200-ouro-1.4b.json").exists()
     assert all(isinstance(c, RooflineCost) for c in plan_runs(h200, "sim").costs.values())
+
+
+def test_each_run_warms_up_then_calls_back_then_runs_in_order(tmp_path: Path) -> None:
+    """On a real target: one untimed warm-up (the first run's spec), the callback, then every
+    planned run; a ValueError, warm-up included, becomes a UserError naming the run."""
+    import dataclasses
+
+    from loopserve.errors import UserError
+    from loopserve.orchestrate import each_run
+
+    scn = load_scenario(write_scenario(tmp_path, tiny(repeats=2)))
+    plan = dataclasses.replace(plan_runs(scn, "sim"), target="cpu")  # no runner is built
+    assert scn.runner.warmup
+    calls: list[object] = []
+    out = each_run(plan, lambda point, spec: calls.append(spec) or len(calls), progress=False,
+                   after_warmup=lambda: calls.append("probes"))
+    assert calls == [plan.runs[0], "probes", *plan.runs]
+    assert out == list(range(3, len(plan.runs) + 3))  # warm-up result discarded
+
+    def bad(point: object, spec: object) -> None:
+        raise ValueError("workload: nope")
+
+    with pytest.raises(UserError, match="warm-up run, arm atomic"):
+        each_run(plan, bad, progress=False)
+    sim = dataclasses.replace(plan, target="sim")  # no warm-up in the simulator
+    calls.clear()
+    each_run(sim, lambda point, spec: calls.append(spec), progress=False,
+             after_warmup=lambda: calls.append("probes"))
+    assert calls == ["probes", *plan.runs]

@@ -19,8 +19,7 @@ from tools.gpu_measure import NOMINAL_COPY_BPS, Sizes, log, stats, time_repeats,
 
 def random_model(preset: str, device: torch.device, dtype: torch.dtype, seed: int = 0) -> Any:
     """A preset with random weights drawn on the device (fast for 1.4B; timing only)."""
-    from engine.model import empty_model, get_preset
-    from engine.model.build import init_random_weights
+    from engine.model import empty_model, get_preset, init_random_weights
 
     return init_random_weights(empty_model(get_preset(preset), device, dtype), seed,
                                on_device=True)
