@@ -4,9 +4,10 @@ long enough for the answer to mean anything.
 Targets (the calibration issue's, for the CPU ``small`` model): every arm's ITL p50 and
 TTFT p50 within 10% of measured, ITL p99 within 15%. The machine counts as steady when each
 measured run's decode steps stayed within ``MAX_DRIFT_RANGE`` of their own level (the
-``drift`` section) and the reference probes after the runs read within ``MAX_PROBE_SHIFT``
-of the probes before them: on a shared machine a miss outside those bounds says more about
-the neighbours than about the model.
+``drift`` section), the reference probes after the runs read within ``MAX_PROBE_SHIFT`` of
+the probes before them, and within ``MAX_CALIBRATION_SHIFT`` of the profile's own probe
+times: on a shared machine a miss outside those bounds says more about the neighbours than
+about the model.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from typing import Any
 LIMITS: dict[str, float] = {"itl_p50_ms": 0.10, "ttft_p50_ms": 0.10, "itl_p99_ms": 0.15}
 MAX_DRIFT_RANGE = 1.15
 MAX_PROBE_SHIFT = 0.15
+MAX_CALIBRATION_SHIFT = 0.10  # probes now vs at calibration (the profile's own speed)
 
 
 def _check(arms: dict[str, Any]) -> dict[str, dict[str, bool | None]]:
@@ -50,6 +52,11 @@ def targets(
         f"probe {k} read {after[k] / before[k]:.2f}x after the runs what it read before"
         for k in sorted(before) if k in after and before[k] > 0
         and abs(after[k] / before[k] - 1.0) > MAX_PROBE_SHIFT
+    ]
+    slow = machine.get("slowdown_vs_calibration") or {}
+    unsteady += [
+        f"probe {k} ran {v:.2f}x its calibration time" for k, v in sorted(slow.items())
+        if abs(v - 1.0) > MAX_CALIBRATION_SHIFT
     ]
     return {
         "limits": LIMITS,

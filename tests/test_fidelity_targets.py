@@ -57,6 +57,15 @@ def test_a_drifting_run_or_a_shifted_probe_marks_the_machine_unsteady() -> None:
     assert target_lines(t)[-1].startswith("machine steady: no (probe decode read 1.45x")
 
 
+def test_a_machine_slower_than_at_calibration_is_not_steady() -> None:
+    arms = _arms(mixed=(0.0, 0.0, 0.0))
+    slower = {**STEADY_PROBES, "slowdown_vs_calibration": {"decode": 1.23, "prompt": 1.06}}
+    t = targets(arms, _drift((1.0, 1.1)), slower)
+    assert t["unsteady"] == ["probe decode ran 1.23x its calibration time"]
+    same = {**STEADY_PROBES, "slowdown_vs_calibration": {"decode": 0.95, "prompt": 1.06}}
+    assert targets(arms, _drift((1.0, 1.1)), same)["machine_steady"] is True
+
+
 def test_a_missing_metric_is_not_counted_as_met() -> None:
     arms = _arms(mixed=(0.0, 0.0, 0.0))
     arms["mixed"]["itl_p99_ms"]["rel_error"] = None
