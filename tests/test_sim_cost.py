@@ -82,9 +82,7 @@ def test_unknown_kind_and_hardware_rejected() -> None:
 # ---- roofline ----------------------------------------------------------------------------
 def test_one_decode_row_on_h200_sits_on_the_weight_floor() -> None:
     cost = make_cost_model("roofline", OURO_1_4B, hardware="h200")
-    weight_bytes = 1_233_321_984 * 2
-    floor = weight_bytes / 4.3e12
-    assert floor == pytest.approx(0.5736e-3, rel=1e-3)
+    floor = 1_233_321_984 * 2 / 4.3e12  # the stack's bf16 bytes at 4.3 TB/s
     t = cost.step_time(recurrent(decode("a", 0)))
     terms = cost.breakdown(recurrent(decode("a", 0)))
     overhead = terms["host_s"] + terms["step_overhead_s"]
@@ -124,7 +122,7 @@ def test_atomic_prefill_costs_d_calls_and_embeds_once() -> None:
         sum(cost.step_time(b) for b in per_depth) - (D - 1) * cost.breakdown(a0)["step_overhead_s"]
     )
     terms = cost.breakdown(a0)
-    assert terms["host_s"] == pytest.approx(D * cost.host_call_s)  # type: ignore[attr-defined]
+    assert terms["host_s"] == pytest.approx(D * 40e-6)  # the h200 preset's per-call host cost
     assert terms["embed_s"] == pytest.approx(2 * 128 * 2048 * 2 / 4.3e12)
 
 
@@ -138,7 +136,8 @@ def test_coda_prelude_and_finalize_terms() -> None:
     hk = Housekeeping(finalize=(FinalizeOp("a", 0, 5, 0, (1, 2, 3)),))
     plain = recurrent(decode("a", 6))
     with_copy = Batch(0, Stage.RECURRENT, plain.items, hk)
-    copy_s = 2 * 3 * cost.kv_position_bytes / 4.3e12
+    kv_position_bytes = 2 * 24 * 16 * 128 * 2  # K and V, 24 layers, 16 KV heads of 128, bf16
+    copy_s = 2 * 3 * kv_position_bytes / 4.3e12  # three positions read and written
     assert cost.step_time(with_copy) - cost.step_time(plain) == pytest.approx(copy_s)
 
 
