@@ -88,3 +88,29 @@ class ListSource:
 
     def on_token(self, event: TokenEvent) -> list[ArrivalSpec]:
         return list(self.triggers.get((event.request_id, event.index), []))
+
+
+def stage(intercept_s: float, grid: dict[str, object] | None = None,
+          **coef: float) -> dict[str, object]:
+    """One stage of a profile document: intercept plus linear terms (feature=coefficient)."""
+    out: dict[str, object] = {"features": list(coef), "coef": list(coef.values()),
+                              "intercept_s": intercept_s}
+    if grid is not None:
+        out["grid"] = grid
+    return out
+
+
+def profile_doc(model: str, hardware: str, stages: dict[str, object],
+                step_gap: dict[str, object] | None = None,
+                **provenance: object) -> dict[str, object]:
+    """A calibrated-profile document (``loopserve-profile/1``) around hand-written stages;
+    provenance fields default to a test CPU and can be overridden."""
+    doc: dict[str, object] = {
+        "format": "loopserve-profile/1", "hardware": hardware, "model": model,
+        "provenance": {"device": "test", "torch_version": "x", "dtype": "float32",
+                       "commit": "abc", "date": "2026-01-01", **provenance},
+        "stages": stages,
+    }
+    if step_gap is not None:
+        doc["step_gap"] = step_gap
+    return doc

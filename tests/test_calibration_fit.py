@@ -16,6 +16,7 @@ from sim.calibration.resolve import find_profile, resolve_cost
 from sim.calibration.shapes import QUICK, GridSpec, fit_shapes, held_out_shapes
 from sim.cost.calibrated import CalibratedCost, GridTerm, Profile, load_profile, save_profile
 from sim.cost.features import FEATURE_NAMES, batch_features
+from tests.helpers import profile_doc, stage
 
 
 def _features(**kv: float) -> dict[str, float]:
@@ -130,19 +131,12 @@ def test_grid_term_interpolates_and_extends_linearly() -> None:
 
 
 def _profile_dict() -> dict[str, object]:
-    return {
-        "format": "loopserve-profile/1", "hardware": "cpu", "model": "small",
-        "provenance": {"device": "test cpu", "torch_version": "2.13.0", "dtype": "float32",
-                       "commit": "abc", "date": "2026-01-01", "held_out_mape": 0.03,
-                       "held_out_mape_by_stage": {"decode": 0.02}, "num_threads": 1},
-        "stages": {
-            "decode": {"features": ["decode_rows"], "coef": [1e-5], "intercept_s": 1e-3,
-                       "grid": {"feature": "decode_padded_context", "points": [0, 100, 200],
-                                "values_s": [0, 1e-4, 4e-4]}},
-            "prelude": {"features": [], "coef": [], "intercept_s": 5e-5},
-        },
-        "step_gap": {"features": ["items"], "coef": [2e-6], "intercept_s": 3e-5},
-    }
+    return profile_doc("small", "cpu", {
+        "decode": stage(1e-3, {"feature": "decode_padded_context", "points": [0, 100, 200],
+                               "values_s": [0, 1e-4, 4e-4]}, decode_rows=1e-5),
+        "prelude": stage(5e-5),
+    }, step_gap=stage(3e-5, items=2e-6), device="test cpu", torch_version="2.13.0",
+        held_out_mape=0.03, held_out_mape_by_stage={"decode": 0.02}, num_threads=1)
 
 
 def test_profile_round_trips_with_grid_and_step_gap(tmp_path: Path) -> None:

@@ -12,6 +12,7 @@ import yaml
 
 from loopserve.cli import main
 from loopserve.fidelity_data import METRICS
+from tests.helpers import profile_doc, stage
 
 SCENARIO: dict[str, Any] = {
     "name": "fid-tiny", "model": "tiny", "hardware": "cpu", "cost": {"kind": "roofline"},
@@ -26,27 +27,16 @@ SCENARIO: dict[str, Any] = {
 }
 
 
-def _stage(intercept: float, **coef: float) -> dict[str, Any]:
-    return {"features": list(coef), "coef": list(coef.values()), "intercept_s": intercept}
-
-
 def profile(model: str = "tiny", hardware: str = "cpu") -> dict[str, Any]:
     """A hand-written profile (the fidelity command does not care how it was fitted)."""
-    return {
-        "format": "loopserve-profile/1", "hardware": hardware, "model": model,
-        "provenance": {"device": "test", "torch_version": "x", "dtype": "float32",
-                       "commit": "abc", "date": "2026-01-01", "held_out_mape": 0.05,
-                       "num_threads": 1},
-        "stages": {
-            "decode": _stage(4e-4, decode_rows=1e-5),
-            "prompt": _stage(4e-4, prompt_tokens=2e-6),
-            "mixed": _stage(5e-4, decode_rows=1e-5, prompt_tokens=2e-6),
-            "prefill": _stage(2e-4, core_calls=3e-4, prompt_tokens=2e-6),
-            "prelude": _stage(3e-5),
-            "coda": _stage(1e-4, rows=5e-6),
-        },
-        "step_gap": _stage(3e-5, items=1e-6),
-    }
+    return profile_doc(model, hardware, {
+        "decode": stage(4e-4, decode_rows=1e-5),
+        "prompt": stage(4e-4, prompt_tokens=2e-6),
+        "mixed": stage(5e-4, decode_rows=1e-5, prompt_tokens=2e-6),
+        "prefill": stage(2e-4, core_calls=3e-4, prompt_tokens=2e-6),
+        "prelude": stage(3e-5),
+        "coda": stage(1e-4, rows=5e-6),
+    }, step_gap=stage(3e-5, items=1e-6), held_out_mape=0.05, num_threads=1)
 
 
 @pytest.fixture(scope="module")

@@ -20,6 +20,7 @@ from sim.cost import (
     save_profile,
 )
 from sim.shapes import MODEL_SHAPES, OURO_1_4B
+from tests.helpers import profile_doc, stage
 
 D = 4
 
@@ -152,20 +153,12 @@ def test_cpu_preset_defaults_to_fp32() -> None:
 
 # ---- calibrated --------------------------------------------------------------------------
 def _profile(model: str = "ouro-1.4b", hardware: str = "h200") -> dict[str, object]:
-    return {
-        "format": "loopserve-profile/1",
-        "hardware": hardware,
-        "model": model,
-        "provenance": {"device": "NVIDIA H200", "torch_version": "2.13.0", "dtype": "bfloat16",
-                       "commit": "abc123", "date": "2026-01-01", "held_out_mape": 0.05},
-        "stages": {
-            "decode": {"features": ["rows", "context_sum"], "coef": [2e-6, 1e-9],
-                       "intercept_s": 6e-4},
-            "mixed": {"features": ["rows", "prompt_tokens", "fused_prelude_rows"],
-                      "coef": [2e-6, 1e-6, 5e-8], "intercept_s": 6.5e-4},
-            "coda": {"features": ["rows"], "coef": [1e-6], "intercept_s": 1e-4},
-        },
-    }
+    return profile_doc(model, hardware, {
+        "decode": stage(6e-4, rows=2e-6, context_sum=1e-9),
+        "mixed": stage(6.5e-4, rows=2e-6, prompt_tokens=1e-6, fused_prelude_rows=5e-8),
+        "coda": stage(1e-4, rows=1e-6),
+    }, device="NVIDIA H200", torch_version="2.13.0", dtype="bfloat16", commit="abc123",
+        held_out_mape=0.05)
 
 
 def test_calibrated_predicts_the_linear_model_and_round_trips(tmp_path: Path) -> None:
