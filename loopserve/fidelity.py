@@ -11,7 +11,10 @@ per-stage step errors, the host-gap error and the batch-sequence comparison), ``
 
 With ``repeats`` >= 2 the measured runs are interleaved across arms and compared both as the
 median (``arms``) and as the fastest repeat (``vs_fastest_repeat``): a shared machine's
-neighbours only ever add time. ``targets`` gives the verdict and ``drift`` the evidence.
+neighbours only ever add time. ``targets`` gives the verdict and ``drift`` the evidence;
+``machine`` holds the reference probes timed before and after the runs against the profile's;
+``tail`` splits the slowest 1% of token intervals of each measured run by step kind
+(``loopserve.fidelity_tail``), which tells a cost term from machine noise in ITL p99.
 
 Per-step error: each measured batch is predicted with ``CalibratedCost.execute_time`` and
 compared with its measured ``execute`` time, rel_error = (predicted - measured) / measured.
