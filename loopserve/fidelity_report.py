@@ -17,7 +17,7 @@ from matplotlib.patches import Patch
 from loopserve.fidelity_data import WorldRun
 from loopserve.plots import png_bytes
 from loopserve.schema.scenario import Scenario
-from loopserve.timeline import KIND_COLORS, KIND_LABELS, draw_lane
+from loopserve.timeline import KIND_COLORS, KIND_LABELS, MS, draw_lane
 
 
 def _lane(ax: Any, run: WorldRun, label: str) -> None:
@@ -36,8 +36,8 @@ def _zoom(run: WorldRun) -> tuple[float, float] | None:
     first = min(inj, key=lambda q: q.arrival_s)
     assert first.first_token_s is not None
     span = first.first_token_s - first.arrival_s
-    return (max(0.0, first.arrival_s - 0.3 * span) * 1e3,
-            (first.first_token_s + 0.3 * span) * 1e3)
+    return (max(0.0, first.arrival_s - 0.3 * span) * MS,
+            (first.first_token_s + 0.3 * span) * MS)
 
 
 def timeline_figure(arm: str, sim: WorldRun, real: WorldRun) -> Figure:
@@ -48,7 +48,7 @@ def timeline_figure(arm: str, sim: WorldRun, real: WorldRun) -> Figure:
     fig, axes = plt.subplots(rows, 1, figsize=(13, 1.1 * rows + 1.2), layout="constrained",
                              squeeze=False)
     end = max(real.records.steps[-1].end_s if real.records.steps else 0.0,
-              sim.records.steps[-1].end_s if sim.records.steps else 0.0) * 1e3
+              sim.records.steps[-1].end_s if sim.records.steps else 0.0) * MS
     panels = [((0.0, end or 1.0), "")] + ([(zoom, " (zoom: first injected prompt)")]
                                           if zoom else [])
     for p, (window, note) in enumerate(panels):

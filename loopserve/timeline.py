@@ -38,6 +38,7 @@ KIND_LABELS = {
     "coda": "coda",
 }
 _MAX_UNZOOMED_STEPS = 600
+MS = 1e3  # the time axis is in ms; records are in seconds
 
 
 def _first_repeat(df: pd.DataFrame, arm: str, point_id: int) -> pd.DataFrame:
@@ -82,18 +83,18 @@ def draw_lane(ax: Any, steps: Iterable[tuple[float, float, str]], decode_token_s
     with its TTFT when ``ttft_labels_until_s`` is given), decode tokens as ticks below."""
     spans: dict[str, list[tuple[float, float]]] = {}
     for start, end, kind in steps:
-        spans.setdefault(kind, []).append((start * 1e3, (end - start) * 1e3))
+        spans.setdefault(kind, []).append((start * MS, (end - start) * MS))
     for kind, color in KIND_COLORS.items():
         if spans.get(kind):
             ax.broken_barh(spans[kind], (0.0, 1.0), facecolors=color, linewidth=0)
     for k, (arrival, first) in enumerate(injected):
         y = 1.3 + 0.18 * (k % 3)
-        a, f = arrival * 1e3, first * 1e3
+        a, f = arrival * MS, first * MS
         ax.plot([a, f], [y, y], color="black", linewidth=1.6, marker="|", markersize=9)
         if ttft_labels_until_s is not None:
-            ax.text(min(f, ttft_labels_until_s * 1e3), y, f"  TTFT {f - a:.3g} ms",
+            ax.text(min(f, ttft_labels_until_s * MS), y, f"  TTFT {f - a:.3g} ms",
                     va="center", fontsize=7, clip_on=True)
-    ticks = [t * 1e3 for t in decode_token_s]
+    ticks = [t * MS for t in decode_token_s]
     ax.plot(ticks, [-0.25] * len(ticks), linestyle="none", marker="|", markersize=6,
             color="#333333", alpha=0.6)
     ax.set_ylim(-0.5, 1.95)
@@ -112,11 +113,10 @@ def timeline_figure(runs: Sequence[RunData]) -> Figure:
     fig, axes = plt.subplots(len(series), 1, squeeze=False,
                              figsize=(13, 1.3 * len(series) + 1.0 + 0.5 * len(runs)),
                              layout="constrained")
-    scale = 1e3  # ms on the axis
     any_injected = False
     for i, (ax, (run, arm)) in enumerate(zip(axes[:, 0], series, strict=True)):
         start, stop, zoomed = windows[id(run)]
-        ax.set_xlim(start * scale, stop * scale)
+        ax.set_xlim(start * MS, stop * MS)
         if i + 1 < len(series) and series[i + 1][0] is run:
             ax.tick_params(labelbottom=False)
         else:

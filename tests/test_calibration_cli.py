@@ -157,7 +157,7 @@ def test_a_checkpoint_with_three_depths_is_measured_at_its_own_depths(tmp_path: 
     from engine.model.build import empty_model, init_random_weights
     from engine.model.loader import save_checkpoint
     from engine.model.presets import get_preset
-    from sim.calibration.measure import _predecessor
+    from sim.calibration.measure import _predecessor, probe_shapes
 
     cfg = get_preset("tiny").replace(total_ut_steps=3)
     save_checkpoint(init_random_weights(empty_model(cfg, "cpu", torch.float32), 0),
@@ -173,3 +173,6 @@ def test_a_checkpoint_with_three_depths_is_measured_at_its_own_depths(tmp_path: 
     assert depths == {0, 1, 2}
     coda = _predecessor(Shape("coda", rows=2), 3)
     assert coda is not None and {r.depth for r in coda.decode} == {2}
+    probes = probe_shapes(3).values()
+    assert {r.depth for p in probes for r in p.decode} | {c.depth for p in probes
+                                                          for c in p.prompts} == {0, 1, 2}
