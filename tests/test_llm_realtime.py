@@ -131,6 +131,7 @@ def test_objects_alive_before_a_run_are_frozen_during_it_and_released_after() ->
         return execute(batch)
 
     runner.execute = spying  # type: ignore[method-assign]
+    gc.unfreeze()  # a clean start, whatever an earlier test left frozen
     before = gc.get_freeze_count()
     records = run_realtime(cfg, ListSource([_spec("a", [1, 2, 3], 0.0)]), runner)
     assert records.steps and len(frozen) == len(records.steps)
