@@ -221,7 +221,7 @@ class _RealtimeRun:
         runner.bind(self.core)
         self.runner = runner
         self.source = source
-        self.recorder = RunRecorder(cfg.model.num_depths, record_batches)
+        self.recorder = RunRecorder(record_batches)
         self.host_timings = host_timings
         self.feeder = ArrivalFeeder(self.core, source, self.recorder)
         self.t0 = time.perf_counter()

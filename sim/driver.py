@@ -48,7 +48,7 @@ class _SimRun:
         self.source = source
         self.cost = cost
         self.executor = executor
-        self.recorder = RunRecorder(cfg.model.num_depths, record_batches)
+        self.recorder = RunRecorder(record_batches)
         self.feeder = ArrivalFeeder(self.core, source, self.recorder)
         self.idle: simpy.Event | None = None
 

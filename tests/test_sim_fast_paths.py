@@ -32,7 +32,7 @@ def test_recorder_rows_and_roofline_terms_on_every_arm(arm: str, shortcut: bool)
     assert {"atomic": "prefill", "per_depth": "prompt", "mixed": "mixed"}[arm] in stages
     assert ("prefill" in stages) == (arm == "atomic" or shortcut)
     assert any(b.housekeeping.finalize for b in batches)
-    rec = RunRecorder(TINY.num_depths)
+    rec = RunRecorder()
     for b in batches:
         rec.step(b, 1.0, 2.0, [])
     assert rec.records.steps == [StepRecord.from_batch(b, 1.0, 2.0) for b in batches]

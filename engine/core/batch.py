@@ -193,11 +193,14 @@ class Batch:
 
     def depth_counts(self) -> dict[int, int]:
         """Item count per depth over every core call of the step."""
-        counts: dict[int, int] = {}
+        counts: list[int] = []  # by depth: a list, as this runs once per recorded step
         for it in self.items:
-            for d in range(it.depth, it.depth + it.num_depths):
-                counts[d] = counts.get(d, 0) + 1
-        return dict(sorted(counts.items()))
+            end = it.depth + it.num_depths
+            if end > len(counts):
+                counts.extend([0] * (end - len(counts)))
+            for d in range(it.depth, end):
+                counts[d] += 1
+        return {d: n for d, n in enumerate(counts) if n}
 
     def core_call_items(self) -> Iterator[list[tuple[ScheduledItem, int]]]:
         """Per core call of this step, the (item, depth) pairs that run in it, in row order."""

@@ -13,7 +13,7 @@ from typing import Protocol
 
 from engine.core.batch import Batch
 from engine.core.request import Request, SamplingParams
-from engine.core.results import StepRecord, TokenEvent
+from engine.core.results import StepRecord, TokenEvent, depths_text
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,15 +90,14 @@ class RunRecords:
 class RunRecorder:
     """Collects records; drivers call it around every step and on every finish.
 
-    ``step`` writes ``StepRecord.from_batch`` rows with the depth strings memoised (a test
-    compares them with the unmemoised rows on every arm): it runs once per simulated step.
+    ``step`` writes ``StepRecord.from_batch`` rows with the depth strings memoised by count
+    (a test compares them with the unmemoised rows on every arm): it runs once per step.
     """
 
-    def __init__(self, num_depths: int, record_batches: bool = False) -> None:
+    def __init__(self, record_batches: bool = False) -> None:
         self.records = RunRecords()
         self.record_batches = record_batches
-        self._num_depths = num_depths
-        self._depth_strings: dict[tuple[int, ...], str] = {}
+        self._depth_strings: dict[tuple[tuple[int, int], ...], str] = {}
         self._injected: set[str] = set()
 
     def submitted(self, spec: ArrivalSpec) -> None:
@@ -106,25 +105,17 @@ class RunRecorder:
             self._injected.add(spec.request_id)
 
     def _depths(self, batch: Batch) -> str:
-        counts = [0] * self._num_depths
-        for it in batch.items:
-            n = it.num_depths
-            if n == 1:
-                counts[it.depth] += 1
-            else:
-                for d in range(it.depth, it.depth + n):
-                    counts[d] += 1
-        key = tuple(counts)
+        counts = batch.depth_counts()
+        key = tuple(counts.items())
         text = self._depth_strings.get(key)
         if text is None:
-            text = ";".join(f"{d}:{n}" for d, n in enumerate(counts) if n)
-            self._depth_strings[key] = text
+            text = self._depth_strings[key] = depths_text(counts)
         return text
 
     def step(
         self, batch: Batch, start_s: float, end_s: float, events: Iterable[TokenEvent]
     ) -> None:
-        depths = self._depths(batch) if batch.core_calls else ""
+        depths = self._depths(batch) if batch.core_calls else ""  # PRELUDE, CODA: none
         self.records.steps.append(StepRecord.from_batch(batch, start_s, end_s, depths))
         self.records.tokens.extend(events)
         if self.record_batches:

@@ -111,12 +111,17 @@ class StepRecord:
         """The row of ``batch``; ``depths`` may be given already formatted (a recorder
         memoises it), else it is built from ``Batch.depth_counts``."""
         if depths is None:
-            depths = ";".join(f"{d}:{n}" for d, n in batch.depth_counts().items())
+            depths = depths_text(batch.depth_counts())
         return cls(
             batch.step_id, start_s, end_s, batch.stage.value, batch.kind_label,
             batch.core_calls, batch.num_decode_items, batch.num_prompt_items,
             batch.num_prompt_tokens, batch.num_fused_prelude_items, depths, batch.is_mixed,
         )
+
+
+def depths_text(counts: dict[int, int]) -> str:
+    """``Batch.depth_counts`` as steps.csv writes it: "0:3;1:2"."""
+    return ";".join(f"{d}:{n}" for d, n in counts.items())
 
 
 def result_matches(batch: Batch, result: StepResult) -> bool:
