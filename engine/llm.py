@@ -224,7 +224,7 @@ class _RealtimeRun:
         self.recorder = RunRecorder(record_batches)
         self.host_timings = host_timings
         self.feeder = ArrivalFeeder(self.core, source, self.recorder)
-        self.t0 = time.perf_counter()
+        self.t0 = 0.0  # perf_counter at the loop's start (``_loop``), after the collection
 
     def now(self) -> float:
         return time.perf_counter() - self.t0

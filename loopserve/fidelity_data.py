@@ -54,6 +54,11 @@ class WorldRun:
                                 for i, b in enumerate(self.batches)]
         return self.predicted_s
 
+    def ratios(self, cost: CalibratedCost) -> list[float]:
+        """Measured / predicted execute time of each step (nan where nothing is predicted)."""
+        return [(s.end_s - s.start_s) / p if p > 0 else float("nan")
+                for s, p in zip(self.records.steps, self.predict(cost), strict=True)]
+
 
 class _Capture:
     """A cost model that records every batch it prices (one call per simulated step)."""
@@ -239,7 +244,9 @@ def compare(plan: Plan, sim: list[WorldRun], world: RealWorld, cost: CalibratedC
                 gap_pred.append(cost.gap_time(b))
                 gap_meas.append(s.start_s - steps[i - 1].end_s)
     total = _errors(pred, meas)
-    contended = [m > c * 1.15 + 2e-4 for m, c in zip(meas, cpu, strict=True) if c == c]
+    from sim.calibration.measure import contended as is_contended
+
+    contended = [is_contended(m, c) for m, c in zip(meas, cpu, strict=True) if c == c]
     wall = {
         "sim_s": _median([r.records.steps[-1].end_s if r.records.steps else None for r in sim]),
         "measured_s": _median([r.records.steps[-1].end_s if r.records.steps else None

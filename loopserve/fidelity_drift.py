@@ -25,9 +25,8 @@ def drift(real: list[WorldRun], cost: CalibratedCost) -> dict[str, Any]:
     """The ``drift`` section of fidelity.json: per measured run, the ratio by tenth."""
     runs = []
     for r in real:
-        ratios = [(s.end_s - s.start_s) / p
-                  for s, p in zip(r.records.steps, r.predict(cost), strict=True)
-                  if s.kind == KIND and p > 0]
+        ratios = [x for s, x in zip(r.records.steps, r.ratios(cost), strict=True)
+                  if s.kind == KIND and x == x]
         parts = ([float(np.median(chunk)) for chunk in np.array_split(ratios, NUM_PARTS)]
                  if len(ratios) >= NUM_PARTS else None)
         runs.append({

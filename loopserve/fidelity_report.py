@@ -15,6 +15,7 @@ from matplotlib.figure import Figure
 from matplotlib.patches import Patch
 
 from loopserve.fidelity_data import WorldRun
+from loopserve.fidelity_tail import edge_text, reading
 from loopserve.plots import png_bytes
 from loopserve.schema.scenario import Scenario
 from loopserve.timeline import KIND_COLORS, KIND_LABELS, MS, draw_lane
@@ -142,15 +143,12 @@ def _tail_table(result: dict[str, Any]) -> str:
             f"{html.escape(k)}: {v['steps']:.2f}, {v['measured_ms']:.1f} / "
             f"{v['predicted_ms']:.1f}, x{_num(v['tail_ratio'])} (x{_num(v['run_ratio'])})"
             for k, v in r["by_kind"].items())
-        reading = {True: "bursts", False: "steady excess", None: "-"}[r["bursts"]]
-        if r["on_edge"]:
-            q = sec["percentile"]
-            reading += (f"; p{q:g} on a cluster edge (p{q - 0.5:g} {r['around_ms'][0]:.1f}, "
-                        f"p{q + 0.5:g} {r['around_ms'][1]:.1f} ms)")
+        edge = edge_text(r, sec["percentile"])
+        text = reading(r) + (f"; {edge}" if edge else "")
         rows.append(f"<tr><td>{html.escape(r['arm'])}</td><td>{r['repeat']}</td>"
                     f"<td>{r['num_tail']} of {r['num_intervals']}</td>"
                     f"<td>{r['measured_ms']:.1f}</td><td>{r['predicted_ms']:.1f}</td>"
-                    f"<td>{kinds}</td><td>{reading}</td></tr>")
+                    f"<td>{kinds}</td><td>{html.escape(text)}</td></tr>")
     note = (f"<p>The intervals at or above each run's measured ITL p{sec['percentile']:g}, "
             "split by step kind, each kind's time beside the profile's prediction for the same "
             "steps. A tail ratio more than "

@@ -23,6 +23,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from loopserve.metrics import consecutive_tokens
+
 if TYPE_CHECKING:
     from loopserve.fidelity_data import WorldRun
     from sim.cost.calibrated import CalibratedCost
@@ -36,18 +38,10 @@ EDGE = 0.5
 
 
 def _intervals(run: WorldRun) -> list[tuple[int, int]]:
-    """(first step, last step] of every inter-token interval, by the step that ended at each
-    token's time (tokens are stamped with their step's end)."""
+    """(first step, last step] of every inter-token interval (the pairs ITL is computed
+    from), by the step that ended at each token's time (tokens carry their step's end)."""
     at_end = {s.end_s: i for i, s in enumerate(run.records.steps)}
-    last: dict[str, int] = {}
-    out = []
-    for tok in run.records.tokens:
-        step = at_end[tok.time_s]
-        prev = last.get(tok.request_id)
-        if prev is not None:
-            out.append((prev, step))
-        last[tok.request_id] = step
-    return out
+    return [(at_end[a.time_s], at_end[b.time_s]) for a, b in consecutive_tokens(run.records)]
 
 
 def _run_tail(run: WorldRun, cost: CalibratedCost) -> dict[str, Any] | None:
@@ -61,10 +55,11 @@ def _run_tail(run: WorldRun, cost: CalibratedCost) -> dict[str, Any] | None:
     spans = np.array([ends[b] - ends[a] for a, b in ivs])
     threshold = float(np.percentile(spans, PERCENTILE))
     lo, hi = (float(v) for v in np.percentile(spans, [PERCENTILE - 0.5, PERCENTILE + 0.5]))
-    tail = [iv for iv, span in zip(ivs, spans, strict=True) if span >= threshold]
+    in_tail = spans >= threshold
+    tail = [iv for iv, keep in zip(ivs, in_tail, strict=True) if keep]
     kinds = [s.kind for s in steps]
     dur = ends - starts
-    ratio = dur / np.maximum(np.asarray(pred), 1e-12)
+    ratio = np.asarray(run.ratios(cost))
     by_kind: dict[str, dict[str, float]] = {}
     gap_meas = gap_pred = 0.0
     for a, b in tail:
@@ -80,6 +75,7 @@ def _run_tail(run: WorldRun, cost: CalibratedCost) -> dict[str, Any] | None:
     out_kinds: dict[str, Any] = {}
     for kind, row in sorted(by_kind.items()):
         of_kind = ratio[[k == kind for k in kinds]]
+        of_kind = of_kind[~np.isnan(of_kind)]
         out_kinds[kind] = {
             "steps": row["steps"] / n,
             "measured_ms": row["measured_ms"] / n,
@@ -99,7 +95,7 @@ def _run_tail(run: WorldRun, cost: CalibratedCost) -> dict[str, Any] | None:
         "num_intervals": len(ivs), "num_tail": n, "threshold_ms": threshold * 1e3,
         "around_ms": [lo * 1e3, hi * 1e3],
         "on_edge": threshold > 0 and (hi - lo) / threshold > EDGE,
-        "measured_ms": float(np.mean([ends[b] - ends[a] for a, b in tail])) * 1e3,
+        "measured_ms": float(np.mean(spans[in_tail])) * 1e3,
         "predicted_ms": sum(v["predicted_ms"] for v in out_kinds.values()) + gap_pred / n,
         "gap_measured_ms": gap_meas / n, "gap_predicted_ms": gap_pred / n,
         "by_kind": out_kinds, "largest_excess_kind": worst, "bursts": bursts,
@@ -114,6 +110,21 @@ def tail(real: list[WorldRun], cost: CalibratedCost) -> dict[str, Any]:
             "runs": runs}
 
 
+def reading(run: dict[str, Any]) -> str:
+    """What one run's tail reads as: bursts, steady excess, or "-" (no prediction)."""
+    return {True: "bursts", False: "steady excess", None: "-"}[run["bursts"]]
+
+
+def edge_text(run: dict[str, Any], percentile: float) -> str | None:
+    """The warning for a percentile on a cluster edge, or None."""
+    if not run["on_edge"]:
+        return None
+    lo, hi = run["around_ms"]
+    return (f"p{percentile:g} {run['threshold_ms']:.1f} ms sits on a cluster edge "
+            f"(p{percentile - 0.5:g} {lo:.1f}, p{percentile + 0.5:g} {hi:.1f} ms): "
+            "a fragile statistic")
+
+
 def tail_lines(section: dict[str, Any]) -> list[str]:
     """One line per measured run for the printed table."""
     lines = []
@@ -124,15 +135,10 @@ def tail_lines(section: dict[str, Any]) -> list[str]:
                 continue
             parts.append(f"{kind} {v['measured_ms']:.1f}/{v['predicted_ms']:.1f} ms "
                          f"x{v['tail_ratio']:.2f} (run x{v['run_ratio']:.2f})")
-        reading = {True: "bursts", False: "steady excess", None: "-"}[r["bursts"]]
         lines.append(f"  {r['arm']:<10} r{r['repeat']}: {r['measured_ms']:.1f} ms measured, "
-                     f"{r['predicted_ms']:.1f} predicted: {'; '.join(parts)}  [{reading}]")
-        if r["on_edge"]:
-            lo, hi = r["around_ms"]
-            lines.append(f"  {'':<10}     p{section['percentile']:g} {r['threshold_ms']:.1f} ms "
-                         "sits on a cluster edge "
-                         f"(p{section['percentile'] - 0.5:g} {lo:.1f}, "
-                         f"p{section['percentile'] + 0.5:g} {hi:.1f} ms): a fragile statistic")
+                     f"{r['predicted_ms']:.1f} predicted: {'; '.join(parts)}  [{reading(r)}]")
+        if (edge := edge_text(r, section["percentile"])) is not None:
+            lines.append(f"  {'':<10}     {edge}")
     if lines:
         lines.insert(0, f"slowest {100 - section['percentile']:g}% of token intervals, measured/"
                         "predicted for the same steps (tail vs whole-run ratio):")

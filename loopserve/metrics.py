@@ -22,6 +22,7 @@ import numpy as np
 import pandas as pd  # type: ignore[import-untyped]
 
 from engine.core.records import RunRecords
+from engine.core.results import TokenEvent
 
 STATS: tuple[str, ...] = ("mean", "p50", "p90", "p99", "max")
 STEP_COLUMNS: tuple[str, ...] = (
@@ -45,20 +46,27 @@ def distribution_ms(values_s: Iterable[float]) -> dict[str, float | None]:
             "p99": float(p99), "max": float(arr.max())}
 
 
-def inter_token_latencies(records: RunRecords) -> list[float]:
-    """Every gap (s) between consecutive tokens of the same request, pooled."""
-    last: dict[str, tuple[int, float]] = {}
-    gaps: list[float] = []
+def consecutive_tokens(records: RunRecords) -> list[tuple[TokenEvent, TokenEvent]]:
+    """Every (token, next token) pair of the same request, pooled in the order the second
+    token came; ValueError when a request's tokens are out of order."""
+    last: dict[str, TokenEvent] = {}
+    pairs: list[tuple[TokenEvent, TokenEvent]] = []
     for tok in records.tokens:
         prev = last.get(tok.request_id)
         if prev is not None:
-            if tok.index != prev[0] + 1:
+            if tok.index != prev.index + 1:
                 raise ValueError(
-                    f"tokens of {tok.request_id} out of order: index {tok.index} after {prev[0]}"
+                    f"tokens of {tok.request_id} out of order: index {tok.index} after "
+                    f"{prev.index}"
                 )
-            gaps.append(tok.time_s - prev[1])
-        last[tok.request_id] = (tok.index, tok.time_s)
-    return gaps
+            pairs.append((prev, tok))
+        last[tok.request_id] = tok
+    return pairs
+
+
+def inter_token_latencies(records: RunRecords) -> list[float]:
+    """Every gap (s) between consecutive tokens of the same request, pooled."""
+    return [b.time_s - a.time_s for a, b in consecutive_tokens(records)]
 
 
 def _num_depths(records: RunRecords) -> int | None:

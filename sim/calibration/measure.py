@@ -56,16 +56,20 @@ def _predecessor(shape: Shape, num_depths: int) -> Shape | None:
     return None
 
 
+def contended(wall_s: float, cpu_s: float) -> bool:
+    """Whether a one-thread step's wall time exceeds its thread CPU time by more than 15% +
+    0.2 ms: the OS ran something else meanwhile (on a shared machine, the neighbours)."""
+    return wall_s > cpu_s * 1.15 + 2e-4
+
+
 class StepTimer:
     """Times one call: CUDA events + synchronize on a GPU, perf_counter on CPU.
 
-    Returns ``(seconds, clean)``. On CPU ``clean`` is False when the wall time exceeds the
-    thread's CPU time by more than ``CONTENDED`` (the OS ran something else meanwhile: on a
-    shared machine such samples measure the neighbours, not the runner); with one torch
-    thread all of ``execute`` runs on the calling thread. CUDA samples are always clean.
+    Returns ``(seconds, clean)``. On CPU ``clean`` is False for a ``contended`` sample (such
+    samples measure the neighbours, not the runner); with one torch thread all of ``execute``
+    runs on the calling thread. CUDA samples are always clean.
     """
 
-    CONTENDED = (1.15, 2e-4)  # wall > cpu * 1.15 + 0.2 ms
 
     def __init__(self, device: torch.device) -> None:
         self.cuda = device.type == "cuda"
@@ -86,8 +90,7 @@ class StepTimer:
         fn()
         wall = time.perf_counter() - t0
         cpu = time.thread_time() - c0
-        ratio, slack = self.CONTENDED
-        return wall, not self.check or wall <= cpu * ratio + slack
+        return wall, not self.check or not contended(wall, cpu)
 
 
 def _blocks(tokens: int, block_size: int) -> int:

@@ -285,15 +285,16 @@ class CalibratedCost:
         """Predicted seconds of the runner's ``execute(batch)`` alone, after ``prev``."""
         return self._fit(batch, prev).predict(batch_features(batch))
 
+    def _gap_s(self, features: dict[str, float]) -> float:
+        return 0.0 if self._gap is None else self._gap.predict(features)
+
     def gap_time(self, batch: Batch) -> float:
         """Predicted host seconds between the previous step's end and this step's start."""
-        return 0.0 if self._gap is None else self._gap.predict(batch_features(batch))
+        return self._gap_s(batch_features(batch))
 
     def step_time(self, batch: Batch, prev: Batch | None = None) -> float:
-        fit = self._fit(batch, prev)
         f = batch_features(batch)
-        gap = 0.0 if self._gap is None else self._gap.predict(f)
-        return fit.predict(f) + gap
+        return self._fit(batch, prev).predict(f) + self._gap_s(f)
 
     def breakdown(self, batch: Batch) -> dict[str, float]:
         fit = self._fit(batch)
