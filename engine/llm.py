@@ -238,7 +238,7 @@ class _RealtimeRun:
 
     def run(self) -> RunRecords:
         # Objects alive before the run (a model, earlier runs' records) go to the permanent
-        # generation, as vLLM does after start-up: a full collection over them took 120-215 ms
+        # generation, as vLLM does after start-up: a full collection over them took up to 215 ms
         # mid-step on a CPU, which a token interval then shows as a latency spike.
         # A caller that froze its own objects (a server after start-up) keeps them frozen.
         was_frozen = gc.get_freeze_count() > 0
