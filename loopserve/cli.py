@@ -47,9 +47,11 @@ def build_parser() -> argparse.ArgumentParser:
     rep.add_argument("--out", help="folder for report.html (default: the first RUN_DIR)")
     rep.set_defaults(handler=lambda a, argv: cmd_report(a.run_dirs, a.out))
     from loopserve import calibrate_cmd, fidelity
+    from loopserve.commands import serve
 
     calibrate_cmd.add_parser(sub)
     fidelity.add_parser(sub)
+    serve.add_parser(sub)
     return p
 
 

@@ -1,0 +1,1 @@
+"""One module per subcommand; each registers itself with ``add_parser(subparsers)``."""

@@ -1,0 +1,26 @@
+"""Numeric flags checked by hand, so a bad value is one line naming the flag (argparse's own
+type errors print the whole usage)."""
+
+from __future__ import annotations
+
+import math
+
+from loopserve.errors import UserError
+
+
+def number(flag: str, text: str, low: float, *, integer: bool = False,
+           allow_inf: bool = False) -> float:
+    """``text`` as a number >= ``low`` (an int when ``integer``); UserError otherwise."""
+    try:
+        value = int(text) if integer else float(text)
+    except ValueError:
+        kind = "an integer" if integer else "a number"
+        raise UserError(flag, f"{text!r} is not {kind}") from None
+    if math.isnan(value) or (math.isinf(value) and not allow_inf) or value < low:
+        raise UserError(flag, f"must be a {'n integer' if integer else ' number'} >= {low:g}"
+                        f"{' or inf' if allow_inf else ''}, got {text}")
+    return value
+
+
+def integer(flag: str, text: str, low: int) -> int:
+    return int(number(flag, text, low, integer=True))

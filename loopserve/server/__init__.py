@@ -1,0 +1,1 @@
+"""``loopserve serve``: the OpenAI-compatible HTTP server over the real engine."""

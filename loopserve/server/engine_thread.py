@@ -1,0 +1,259 @@
+"""The engine's step loop on its own thread, fed by the HTTP side.
+
+The core is single-threaded: only this thread touches it. The HTTP side puts commands on a
+thread-safe queue (``submit``, ``abort``, ``stop``); the thread takes them all between steps,
+so an abort never lands between a batch's schedule and its execute, and a disconnected
+client's KV blocks and prompt state are released before the next step is scheduled (the
+runner receives them with that step's housekeeping, or at once when the engine goes idle).
+Each step's tokens go back to the asyncio loop in one ``call_soon_threadsafe`` call, as a
+list per request queue. The loop is the real-time driver's step (schedule, execute, apply,
+record) with arrivals taken from the queue instead of a precomputed source.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import queue
+import threading
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from engine.core.config import EngineConfig
+from engine.core.engine_core import EngineCore
+from engine.core.records import RunRecorder, RunRecords
+from engine.core.request import SamplingParams
+from engine.core.results import TokenEvent
+from engine.runner import ModelRunner
+from loopserve.server.metrics import ServerMetrics
+
+log = logging.getLogger("loopserve.server")
+
+
+@dataclass(frozen=True, slots=True)
+class Failure:
+    """Delivered instead of tokens when a request fails in the engine."""
+
+    message: str
+
+
+Item = TokenEvent | Failure
+
+
+@dataclass(slots=True)
+class Submission:
+    request_id: str
+    prompt_token_ids: list[int]
+    params: SamplingParams
+    accepted_perf: float  # time.perf_counter() when the HTTP side accepted it
+    sink: asyncio.Queue[list[Item]]
+
+
+@dataclass(frozen=True, slots=True)
+class _Abort:
+    request_id: str
+
+
+@dataclass(frozen=True, slots=True)
+class _AbortAll:
+    message: str
+
+
+_STOP = object()
+
+
+class EngineThread:
+    """Owns a fresh ``EngineCore(cfg)`` executed by ``runner``; ``record`` keeps the run's
+    records (steps, tokens, finished requests) for benchmarks, which a long-lived server
+    must not do."""
+
+    def __init__(self, cfg: EngineConfig, runner: ModelRunner,
+                 metrics: ServerMetrics | None = None, *, record: bool = False) -> None:
+        self.core = EngineCore(cfg)
+        runner.bind(self.core)
+        self.runner = runner
+        self.metrics = metrics
+        self.recorder = RunRecorder() if record else None
+        self.num_running = 0  # published after each step, read by the HTTP side
+        self._commands: queue.SimpleQueue[Any] = queue.SimpleQueue()
+        self._sinks: dict[str, tuple[asyncio.Queue[list[Item]], float]] = {}
+        self._last_token: dict[str, float] = {}
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._thread: threading.Thread | None = None
+        self._t0 = 0.0
+
+    # ---- the HTTP side ------------------------------------------------------------------------
+    def start(self, loop: asyncio.AbstractEventLoop) -> None:
+        self._loop = loop
+        self._t0 = time.perf_counter()
+        self._thread = threading.Thread(target=self._run, name="loopserve-engine")
+        self._thread.start()
+
+    def submit(self, sub: Submission) -> None:
+        self._commands.put(sub)
+
+    def abort(self, request_id: str) -> None:
+        self._commands.put(_Abort(request_id))
+
+    def abort_all(self, message: str) -> None:
+        """Fail every request the engine holds (the shutdown grace period is over)."""
+        self._commands.put(_AbortAll(message))
+
+    def stop(self, timeout_s: float = 30.0) -> None:
+        """Abort what is left, release everything, join the thread."""
+        if self._thread is None:
+            return
+        self._commands.put(_STOP)
+        self._thread.join(timeout_s)
+        if self._thread.is_alive():
+            raise RuntimeError(f"engine thread did not stop within {timeout_s} s")
+        self._thread = None
+
+    @property
+    def alive(self) -> bool:
+        return self._thread is not None and self._thread.is_alive()
+
+    @property
+    def records(self) -> RunRecords | None:
+        return None if self.recorder is None else self.recorder.records
+
+    def now(self) -> float:
+        return time.perf_counter() - self._t0
+
+    # ---- the engine thread --------------------------------------------------------------------
+    def _run(self) -> None:
+        core = self.core
+        try:
+            while self._take_commands(block=not core.has_work()):
+                if core.has_work():
+                    try:
+                        self._step()
+                    except Exception as exc:  # noqa: BLE001 - fail the requests, keep serving
+                        log.exception("engine step failed")
+                        self._fail_all(f"engine error: {type(exc).__name__}: {exc}")
+                if not core.has_work():
+                    self.runner.release(core.take_housekeeping())
+                    self._publish()
+        finally:
+            self._fail_all("server shutting down")
+            self.runner.release(core.take_housekeeping())
+            self._publish()
+
+    def _take_commands(self, block: bool) -> bool:
+        """Apply every queued command; False on stop."""
+        get = self._commands.get
+        try:
+            cmd = get() if block else get(block=False)
+        except queue.Empty:
+            return True
+        out: list[tuple[asyncio.Queue[list[Item]], list[Item]]] = []
+        while True:
+            if cmd is _STOP:
+                self._finish(out)
+                self._send(out)
+                return False
+            if isinstance(cmd, _Abort):
+                if self._sinks.pop(cmd.request_id, None) is not None:
+                    self.core.abort(cmd.request_id)
+            elif isinstance(cmd, _AbortAll):
+                self._fail_all(cmd.message)
+            else:
+                self._add(cmd, out)
+            try:
+                cmd = get(block=False)
+            except queue.Empty:
+                self._finish(out)  # aborted requests: counted now, even if the engine idles
+                self._send(out)
+                return True
+
+    def _add(self, sub: Submission, out: list[tuple[asyncio.Queue[list[Item]], list[Item]]]
+             ) -> None:
+        arrival = max(0.0, sub.accepted_perf - self._t0)
+        try:
+            self.core.add_request(sub.request_id, sub.prompt_token_ids, sub.params, arrival)
+        except ValueError as err:  # the HTTP side validates first; this is the backstop
+            out.append((sub.sink, [Failure(str(err))]))
+            return
+        self._sinks[sub.request_id] = (sub.sink, arrival)
+
+    def _step(self) -> None:
+        core, runner = self.core, self.runner
+        batch = core.schedule(self.now())
+        if batch is None:
+            raise RuntimeError(f"{core.num_waiting} waiting and {core.num_running} running "
+                               "requests but nothing to schedule")
+        start = self.now()
+        try:
+            result = runner.execute(batch)
+        except Exception as exc:  # noqa: BLE001 - a failed batch fails its requests only
+            log.exception("batch %d failed", batch.step_id)
+            core.fail(batch, f"{type(exc).__name__}: {exc}")
+            result = None
+        end = self.now()
+        events = core.apply(batch, result, end) if result is not None else []
+        if self.recorder is not None:
+            self.recorder.step(batch, start, end, events)
+        out: dict[str, list[Item]] = {}
+        ttfts: list[float] = []
+        itls: list[float] = []
+        for ev in events:
+            entry = self._sinks.get(ev.request_id)
+            if entry is None:
+                continue
+            out.setdefault(ev.request_id, []).append(ev)
+            last = self._last_token.get(ev.request_id)
+            if last is None:
+                ttfts.append(ev.time_s - entry[1])
+            else:
+                itls.append(ev.time_s - last)
+            self._last_token[ev.request_id] = ev.time_s
+        sends = [(self._sinks[rid][0], items) for rid, items in out.items()]
+        self._finish(sends)
+        if self.metrics is not None:
+            self.metrics.step(batch.core_calls, batch.is_mixed, len(events))
+            self.metrics.token_gaps(ttfts, itls)
+        self._send(sends)
+        self._publish()
+
+    def _finish(self, sends: list[tuple[asyncio.Queue[list[Item]], list[Item]]]) -> None:
+        finished = self.core.pop_finished()
+        if not finished:
+            return
+        if self.recorder is not None:
+            self.recorder.finished(finished)
+        for req in finished:
+            self._last_token.pop(req.request_id, None)
+            entry = self._sinks.pop(req.request_id, None)
+            if entry is not None and req.finish_reason == "error":
+                sends.append((entry[0], [Failure(req.error or "engine error")]))
+            if self.metrics is not None:
+                self.metrics.finish(req)
+
+    def _fail_all(self, message: str) -> None:
+        for rid in list(self.core.requests):
+            self.core.abort(rid)
+        failure: list[Item] = [Failure(message)]
+        sends = [(sink, failure) for sink, _ in self._sinks.values()]
+        self._sinks.clear()
+        self._finish([])
+        self._send(sends)
+
+    def _send(self, sends: list[tuple[asyncio.Queue[list[Item]], list[Item]]]) -> None:
+        if not sends or self._loop is None:
+            return
+        try:
+            self._loop.call_soon_threadsafe(_deliver, sends)
+        except RuntimeError:  # the loop closed first (shutdown): nobody is listening
+            pass
+
+    def _publish(self) -> None:
+        core = self.core
+        self.num_running = core.num_running
+        if self.metrics is not None:
+            self.metrics.occupancy(core.num_running, core.num_waiting, core.kv.num_used_blocks)
+
+
+def _deliver(sends: list[tuple[asyncio.Queue[list[Item]], list[Item]]]) -> None:
+    for sink, items in sends:
+        sink.put_nowait(items)

@@ -1,0 +1,43 @@
+"""Streamed text of one request: incremental detokenization and stop strings.
+
+As in vLLM, a stop string ends the request and is not part of its text. While stop strings
+are set, the last ``len(longest) - 1`` characters are held back (a stop string may be
+starting there) and released when the request finishes for another reason.
+"""
+
+from __future__ import annotations
+
+from loopserve.server.tokenizer import TokenDecoder
+
+
+class TextStream:
+    def __init__(self, decoder: TokenDecoder, stops: tuple[str, ...] = ()) -> None:
+        self.decoder = decoder
+        self.stops = stops
+        self.hold = max((len(s) for s in stops), default=1) - 1
+        self.text = ""
+        self.sent = 0
+
+    def add(self, token_id: int) -> tuple[str, bool]:
+        """The text this token releases, and whether a stop string was reached."""
+        before = len(self.text)
+        self.text += self.decoder.step(token_id)
+        if self.stops:
+            start = max(0, before - self.hold)
+            hits = [i for i in (self.text.find(s, start) for s in self.stops) if i >= 0]
+            if hits:
+                end = min(hits)
+                self.text = self.text[:end]
+                return self._release(end), True
+        return self._release(len(self.text) - self.hold), False
+
+    def flush(self) -> str:
+        """Everything not yet released (the request finished)."""
+        return self._release(len(self.text))
+
+    def _release(self, upto: int) -> str:
+        if upto <= self.sent:
+            return ""
+        piece = self.text[self.sent:upto]
+        self.sent = upto
+        return piece
