@@ -56,7 +56,7 @@ def test_sigterm_drains_then_exits_zero() -> None:
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     proc = subprocess.Popen(
         [sys.executable, "-m", "loopserve", "serve", "--model", "tiny", "--port", "0",
-         "--shutdown-timeout", "1"], cwd=ROOT, env=env, text=True,
+         "--shutdown-timeout", "3"], cwd=ROOT, env=env, text=True,
         stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     try:
         lines: queue.Queue[str] = queue.Queue()
@@ -69,7 +69,7 @@ def test_sigterm_drains_then_exits_zero() -> None:
         short, long_ = {}, {}
         events = [threading.Event(), threading.Event()]
         threads = [threading.Thread(target=_stream, args=(url, n, out, ev)) for n, out, ev in
-                   ((600, long_, events[0]), (40, short, events[1]))]
+                   ((1000, long_, events[0]), (20, short, events[1]))]
         threads[0].start()
         assert events[0].wait(30)
         threads[1].start()
@@ -81,11 +81,11 @@ def test_sigterm_drains_then_exits_zero() -> None:
         for t in threads:
             t.join(30)
         # in flight at SIGTERM, finished within the grace period
-        assert short == {"tokens": 40, "done": True, "error": None}
+        assert short == {"tokens": 20, "done": True, "error": None}
         # still running when the grace period ended: aborted, the stream closed properly
-        assert long_["tokens"] < 600 and long_["done"]
+        assert long_["tokens"] < 1000 and long_["done"]
         assert long_["error"] == "aborted: the server shut down before it finished"
-        assert took < 10
+        assert 3 <= took < 15
         stderr = proc.stderr.read() if proc.stderr else ""
         assert "Traceback" not in stderr, stderr
         with socket.socket() as s:  # nothing listens on the port (TIME_WAIT pairs may remain)
@@ -96,3 +96,6 @@ def test_sigterm_drains_then_exits_zero() -> None:
         if proc.poll() is None:
             proc.kill()
             proc.wait(10)
+        for pipe in (proc.stdout, proc.stderr):
+            if pipe is not None:
+                pipe.close()
