@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 from loopserve.errors import UserError
 
 if TYPE_CHECKING:
-    from sim.calibration.job import CalibrationResult
+    from loopserve.calibrate.job import CalibrationResult
 
 DEFAULT_MAX_SECONDS = 60.0
 DEFAULT_REPEATS = 5
@@ -82,8 +82,8 @@ def main(args: argparse.Namespace, argv: list[str]) -> int:
     check_target(args.target)
     _check_backend(args.attention_backend)
 
-    from sim.calibration.allocator import steady_allocator
-    from sim.calibration.job import calibrate
+    from loopserve.calibrate.allocator import steady_allocator
+    from loopserve.calibrate.job import calibrate
 
     allocator = steady_allocator()  # before any tensor: the real loop runs the same way
     try:
@@ -138,8 +138,8 @@ def write_outputs(result: CalibrationResult, out: Path | None, *, argv: list[str
     """Write profile, env.json and steps CSV; returns the profile's path."""
     from loopserve import env_info
     from loopserve.outputs import atomic_write, staged_dir, write_json
-    from sim.calibration.resolve import PROFILES_DIR
     from sim.cost.calibrated import profile_json
+    from sim.cost.resolve import PROFILES_DIR
 
     prof = result.profile
     stem = f"{prof.hardware}-{prof.model}"

@@ -55,8 +55,8 @@ def add_parser(sub: Any) -> None:
 
 def check_profile(path: str, scn: Scenario, target: str) -> Profile:
     """Load ``path`` and check it fits the scenario and target; UserError naming --profile."""
-    from sim.calibration.resolve import model_label
     from sim.cost.calibrated import load_profile
+    from sim.cost.resolve import model_label
 
     try:
         prof = load_profile(path)
@@ -78,7 +78,7 @@ def check_profile(path: str, scn: Scenario, target: str) -> Profile:
         import torch
 
         if torch.cuda.is_available():
-            from sim.calibration.job import hardware_name
+            from loopserve.calibrate.job import hardware_name
 
             here = hardware_name(torch.device("cuda"))
             if here != prof.hardware:
@@ -109,9 +109,9 @@ def main(args: argparse.Namespace, argv: list[str]) -> int:
     cal = load_scenario(args.scenario, sets)
     sim_plan = plan_runs(cal, "sim")
     real_plan = plan_runs(cal, args.target)
-    from sim.calibration.allocator import steady_allocator
+    from loopserve.calibrate.allocator import steady_allocator
 
-    allocator = steady_allocator()  # as at calibration (see sim.calibration.allocator)
+    allocator = steady_allocator()  # as at calibration (see loopserve.calibrate.allocator)
     dest = run_destination(args.out, Path("results") / scn.name, f"fidelity-{args.target}")
     progress = not args.no_progress
     # The measured world first, in a process not yet holding the simulator's records.

@@ -24,6 +24,7 @@ from loopserve.fidelity_targets import targets
 from loopserve.orchestrate import Plan, RunSpec, build_source, each_run, simulate_run
 from loopserve.sweep import SweepPoint
 from sim.cost.calibrated import CalibratedCost, Profile
+from sim.cost.fit import contended as contended_step
 
 METRICS: dict[str, tuple[str, str | None]] = {
     "itl_p50_ms": ("itl_ms", "p50"),
@@ -104,7 +105,7 @@ def run_real(plan: Plan, profile: Profile, *, progress: bool = True) -> RealWorl
 
 
 def _probes(target: Any, block_size: int) -> dict[str, float]:
-    from sim.calibration.measure import CalibrationRig, config_for, probe_shapes, time_probes
+    from loopserve.calibrate.measure import CalibrationRig, config_for, probe_shapes, time_probes
 
     shape = target.model.config.to_shape()
     cfg = config_for(shape, list(probe_shapes(shape.num_depths).values()), block_size)
@@ -114,9 +115,9 @@ def _probes(target: Any, block_size: int) -> dict[str, float]:
 
 def _run_real(plan: Plan, progress: bool, block_size: int) -> RealWorld:
     from engine.llm import run_realtime
+    from loopserve.calibrate.host_gap import RecordingRunner
     from loopserve.metrics import summarize
     from loopserve.realtime import RealTarget
-    from sim.calibration.host_gap import RecordingRunner
 
     target = RealTarget(plan.scenario, plan.target)
     probes: list[dict[str, float]] = []
@@ -244,9 +245,7 @@ def compare(plan: Plan, sim: list[WorldRun], world: RealWorld, cost: CalibratedC
                 gap_pred.append(cost.gap_time(b))
                 gap_meas.append(s.start_s - steps[i - 1].end_s)
     total = _errors(pred, meas)
-    from sim.calibration.measure import contended as is_contended
-
-    contended = [is_contended(m, c) for m, c in zip(meas, cpu, strict=True) if c == c]
+    contended = [contended_step(m, c) for m, c in zip(meas, cpu, strict=True) if c == c]
     wall = {
         "sim_s": _median([r.records.steps[-1].end_s if r.records.steps else None for r in sim]),
         "measured_s": _median([r.records.steps[-1].end_s if r.records.steps else None

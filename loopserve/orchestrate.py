@@ -167,8 +167,8 @@ def _lifetime_bound(scn: Scenario, shape: ModelShape) -> int:
 
 
 def _cost_model(scn: Scenario, shape: ModelShape, context: str) -> Any:
-    from sim.calibration.resolve import resolve_cost
     from sim.cost import make_cost_model
+    from sim.cost.resolve import resolve_cost
     from sim.shapes import MODEL_SHAPES
 
     # kind "auto": the calibrated profile for (hardware, model) when one is checked in

@@ -42,7 +42,7 @@ class RealTarget:
         self.dtype = getattr(torch, r.dtype) if r.dtype else default_dtype(target)
         self.attention_backend = r.attention_backend
         if target == "cpu":
-            from sim.calibration.allocator import steady_allocator
+            from loopserve.calibrate.allocator import steady_allocator
 
             # Same allocator as `loopserve calibrate`, so measured steps match the profile.
             steady_allocator()

@@ -11,12 +11,12 @@ import pytest
 import torch
 
 from engine.llm import build_runner
+from loopserve.calibrate.allocator import steady_allocator
+from loopserve.calibrate.measure import CalibrationRig, config_for, measure_shapes, shape_of
 from loopserve.cli import main
-from sim.calibration.allocator import steady_allocator
-from sim.calibration.measure import CalibrationRig, config_for, measure_shapes, shape_of
-from sim.calibration.shapes import QUICK, Shape, shape_grid
 from sim.cost.calibrated import load_profile
 from sim.cost.features import batch_features
+from sim.cost.shape_grid import QUICK, Shape, shape_grid
 from sim.shapes import TINY
 
 KINDS = {"decode", "prompt", "mixed", "prefill", "prelude", "coda", "decode_after_prompt"}
@@ -129,7 +129,7 @@ def test_cuda_without_a_gpu_is_a_usage_error(capsys: pytest.CaptureFixture[str])
     ("NVIDIA A100-SXM4-80GB", "a100"), ("NVIDIA GeForce RTX 4090", "rtx4090"),
 ])
 def test_gpu_short_names(monkeypatch: pytest.MonkeyPatch, name: str, short: str) -> None:
-    from sim.calibration.job import hardware_name
+    from loopserve.calibrate.job import hardware_name
 
     monkeypatch.setattr(torch.cuda, "get_device_name", lambda device=None: name)
     assert hardware_name(torch.device("cuda")) == short
@@ -137,7 +137,7 @@ def test_gpu_short_names(monkeypatch: pytest.MonkeyPatch, name: str, short: str)
 
 
 def test_decode_after_prompt_is_timed_after_a_prompt_step() -> None:
-    from sim.calibration.measure import AFTER_PROMPT_CHUNK, AFTER_PROMPT_PREFIX, _predecessor
+    from loopserve.calibrate.measure import AFTER_PROMPT_CHUNK, AFTER_PROMPT_PREFIX, _predecessor
 
     after = [s for s in shape_grid(QUICK) if s.kind == "decode_after_prompt"]
     assert after and {s.decode for s in after} <= {
@@ -157,7 +157,7 @@ def test_a_checkpoint_with_three_depths_is_measured_at_its_own_depths(tmp_path: 
     from engine.model.build import empty_model, init_random_weights
     from engine.model.loader import save_checkpoint
     from engine.model.presets import get_preset
-    from sim.calibration.measure import _predecessor, probe_shapes
+    from loopserve.calibrate.measure import _predecessor, probe_shapes
 
     cfg = get_preset("tiny").replace(total_ut_steps=3)
     save_checkpoint(init_random_weights(empty_model(cfg, "cpu", torch.float32), 0),

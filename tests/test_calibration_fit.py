@@ -11,11 +11,11 @@ import pytest
 
 from engine.core.batch import Batch, ItemKind, ScheduledItem
 from engine.core.request import Stage
-from sim.calibration.fit import Sample, fit_stage, pooled_held_out
-from sim.calibration.resolve import find_profile, resolve_cost
-from sim.calibration.shapes import QUICK, GridSpec, fit_shapes, held_out_shapes
 from sim.cost.calibrated import CalibratedCost, GridTerm, Profile, load_profile, save_profile
 from sim.cost.features import FEATURE_NAMES, batch_features
+from sim.cost.fit import Sample, fit_stage, pooled_held_out
+from sim.cost.resolve import find_profile, resolve_cost
+from sim.cost.shape_grid import QUICK, GridSpec, fit_shapes, held_out_shapes
 from tests.helpers import profile_doc, stage
 
 
@@ -249,7 +249,7 @@ def test_the_simulator_prices_each_step_after_the_one_before_it() -> None:
 
 
 def test_in_situ_decode_after_prompt_work_is_scored_by_the_after_prompt_model() -> None:
-    from sim.calibration.host_gap import execute_samples
+    from loopserve.calibrate.host_gap import execute_samples
 
     decode = Batch(1, Stage.RECURRENT, (ScheduledItem("a", 0, ItemKind.DECODE, 9, 1),))
     prompt = Batch(0, Stage.RECURRENT, (ScheduledItem("b", 0, ItemKind.PROMPT, 0, 8),))

@@ -22,7 +22,7 @@ stage kind of the batch (``Batch.kind_label``: decode | prompt | mixed | prefill
 coda), clamped at 0. Feature names and definitions are those of ``sim.cost.features``. A
 profile may omit stage kinds it was not measured on; predicting one of those is an error
 (mixed batches are measured, never extrapolated from prompt-only data). Fitting lives in
-``sim.calibration``.
+``sim.cost.fit``; measuring in ``loopserve.calibrate``.
 
 Optional parts (absent in older files, which keep loading):
 
@@ -86,8 +86,8 @@ class Provenance(BaseModel):
     num_held_out_shapes: int | None = None
     repeats: int | None = None
     contended_fraction: float | None = None
-    probe_s: dict[str, float] | None = None  # reference steps (sim.calibration.measure)
-    allocator: str | None = None  # host allocator settings (sim.calibration.allocator)
+    probe_s: dict[str, float] | None = None  # reference steps (loopserve.calibrate.measure)
+    allocator: str | None = None  # host allocator settings (loopserve.calibrate.allocator)
     seconds: float | None = None
     command: list[str] | None = None
 

@@ -26,11 +26,12 @@ import torch
 from tqdm import tqdm
 
 from engine.core.batch import Batch, ItemKind, ScheduledItem
-from engine.core.config import CacheConfig, EngineConfig, SchedulerConfig
+from engine.core.config import CacheConfig, EngineConfig, ModelShape, SchedulerConfig
 from engine.core.engine_core import EngineCore
 from engine.core.request import PromptStateHandle, SamplingParams, Stage
 from engine.runner import ModelRunner
-from sim.calibration.shapes import Shape
+from sim.cost.fit import contended
+from sim.cost.shape_grid import DecodeRow, PromptChunk, Shape
 
 _STAGES = {"prelude": Stage.PRELUDE, "coda": Stage.CODA, "prefill": Stage.PREFILL}
 
@@ -43,8 +44,6 @@ def _predecessor(shape: Shape, num_depths: int) -> Shape | None:
     """The untimed step run before a timed one, as in serving: a core call is preceded by a
     like core call (itself), CODA by the last depth of its rows' decode, PRELUDE by CODA, a
     ``decode_after_prompt`` call by a prompt step."""
-    from sim.calibration.shapes import DecodeRow, PromptChunk
-
     if shape.kind == "decode_after_prompt":
         return Shape("prompt", prompts=(PromptChunk(AFTER_PROMPT_PREFIX, AFTER_PROMPT_CHUNK,
                                                     1 % num_depths),))
@@ -54,12 +53,6 @@ def _predecessor(shape: Shape, num_depths: int) -> Shape | None:
     if shape.kind == "prelude":
         return Shape("coda", rows=shape.rows)
     return None
-
-
-def contended(wall_s: float, cpu_s: float) -> bool:
-    """Whether a one-thread step's wall time exceeds its thread CPU time by more than 15% +
-    0.2 ms: the OS ran something else meanwhile (on a shared machine, the neighbours)."""
-    return wall_s > cpu_s * 1.15 + 2e-4
 
 
 class StepTimer:
@@ -97,11 +90,8 @@ def _blocks(tokens: int, block_size: int) -> int:
     return math.ceil(tokens / block_size)
 
 
-def config_for(model_shape: object, shapes: list[Shape], block_size: int = 16) -> EngineConfig:
+def config_for(model_shape: ModelShape, shapes: list[Shape], block_size: int = 16) -> EngineConfig:
     """An EngineConfig whose pools and KV cache fit the largest of ``shapes``."""
-    from engine.core.config import ModelShape
-
-    assert isinstance(model_shape, ModelShape)
     D = model_shape.num_depths
     need_blocks, seqs, chunk = 1, 1, 1
     everything = [*shapes, *(p for s in shapes if (p := _predecessor(s, D)) is not None)]
@@ -285,8 +275,6 @@ def measure_shapes(
 
 def shape_of(batch: Batch) -> Shape:
     """The forced shape that reproduces ``batch`` (for re-measuring steps of a real run)."""
-    from sim.calibration.shapes import DecodeRow, PromptChunk
-
     kind = batch.kind_label
     if kind in ("prelude", "coda"):
         return Shape(kind, rows=len(batch.items))
@@ -302,8 +290,6 @@ def probe_shapes(num_depths: int, max_context: int = 1024) -> dict[str, Shape]:
     """Fixed reference steps timed at calibration and again at fidelity time: their ratio
     tells how much faster or slower the machine runs now (shared machines drift, most for
     steps whose working set is large)."""
-    from sim.calibration.shapes import DecodeRow, PromptChunk
-
     return {
         "decode_small": Shape("decode", decode=tuple(DecodeRow(128, i % num_depths)
                                                      for i in range(8))),

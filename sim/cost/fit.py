@@ -49,6 +49,12 @@ _KNOT_COUNTS = (4, 6, 10)
 _TOLERANCE = (1.03, 0.002)
 
 
+def contended(wall_s: float, cpu_s: float) -> bool:
+    """Whether a one-thread step's wall time exceeds its thread CPU time by more than 15% +
+    0.2 ms: the OS ran something else meanwhile (on a shared machine, the neighbours)."""
+    return wall_s > cpu_s * 1.15 + 2e-4
+
+
 @dataclass(frozen=True, slots=True)
 class Sample:
     """One measured step: its stage kind, features, time (median seconds), and whether it is

@@ -21,9 +21,9 @@ from engine.core.records import ArrivalSpec, RunRecords
 from engine.core.request import SamplingParams
 from engine.core.results import StepResult, TokenEvent
 from engine.runner import ModelRunner
-from sim.calibration.fit import Sample
 from sim.cost.calibrated import stage_kind
 from sim.cost.features import batch_features
+from sim.cost.fit import Sample
 
 
 class RecordingRunner:

@@ -18,32 +18,32 @@ import torch
 from engine.core.config import CacheConfig, EngineConfig, SchedulerConfig
 from engine.llm import build_runner, run_realtime
 from engine.model.build import build_model, default_dtype
-from loopserve.env_info import commit_label
-from sim.calibration.fit import (
-    Sample,
-    StageResult,
-    fit_profile_stages,
-    fit_stage,
-    pooled_held_out,
-)
-from sim.calibration.host_gap import (
+from loopserve.calibrate.host_gap import (
     RecordingRunner,
     execute_samples,
     gap_samples,
     gap_workload,
     trim_outliers,
 )
-from sim.calibration.measure import (
+from loopserve.calibrate.measure import (
     CalibrationRig,
     config_for,
     measure_shapes,
     probe_shapes,
     time_probes,
 )
-from sim.calibration.resolve import model_label
-from sim.calibration.shapes import QUICK, GridSpec, shape_grid
+from loopserve.env_info import commit_label
 from sim.cost.calibrated import PROFILE_FORMAT, Profile, Provenance
 from sim.cost.features import STAGE_KINDS, batch_features
+from sim.cost.fit import (
+    Sample,
+    StageResult,
+    fit_profile_stages,
+    fit_stage,
+    pooled_held_out,
+)
+from sim.cost.resolve import model_label
+from sim.cost.shape_grid import QUICK, GridSpec, shape_grid
 
 _REPO = Path(__file__).resolve().parents[2]
 # Share of the time budget for the forced shapes; the rest goes to the host-gap runs.

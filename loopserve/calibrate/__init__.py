@@ -1,0 +1,8 @@
+"""The torch-using half of calibration (DESIGN.md §9): time the real runner on forced shapes
+(``measure``), the host gap between real steps (``host_gap``), one whole calibration
+(``job``), and the allocator setting shared with real runs (``allocator``, no torch).
+
+The torch-free half, the shape grid, fitting and finding a checked-in profile, lives in
+``sim.cost`` (``shape_grid``, ``fit``, ``resolve``), so the simulator never needs this
+package. Imported only when a calibration or a real target is asked for.
+"""
