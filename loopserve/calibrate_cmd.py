@@ -136,8 +136,8 @@ def _csv_text(result: CalibrationResult) -> str:
 def write_outputs(result: CalibrationResult, out: Path | None, *, argv: list[str],
                   started_s: float) -> Path:
     """Write profile, env.json and steps CSV; returns the profile's path."""
-    from loopserve import env_info
-    from loopserve.outputs import atomic_write, staged_dir, write_json
+    from loopserve.outputs import env_info
+    from loopserve.outputs.files import atomic_write, staged_dir, write_json
     from sim.cost.calibrated import profile_json
     from sim.cost.resolve import PROFILES_DIR
 

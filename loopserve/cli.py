@@ -70,7 +70,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def cmd_run(args: argparse.Namespace, *, require_sweep: bool, argv: list[str]) -> int:
     from loopserve.orchestrate import execute, plan_runs
-    from loopserve.outputs import run_destination
+    from loopserve.outputs.files import run_destination
     from loopserve.schema import load_scenario
 
     started = time.time()
@@ -90,21 +90,21 @@ def cmd_run(args: argparse.Namespace, *, require_sweep: bool, argv: list[str]) -
 def write_run(dest: Path, plan: Plan, runs: Sequence[RunResult], *, argv: list[str],
               started_s: float) -> Path:
     """Write every output file into a staging folder, render the report, rename to dest."""
-    from loopserve import env_info, outputs
+    from loopserve.outputs import env_info, files, records
+    from loopserve.outputs.rundata import load_run
+    from loopserve.outputs.trace import write_trace
     from loopserve.report import write_report
-    from loopserve.rundata import load_run
     from loopserve.summary import build_summary
-    from loopserve.trace_export import write_trace
 
     scn = plan.scenario
-    with outputs.staged_dir(dest) as tmp:
-        outputs.write_scenario(tmp / "scenario.yaml", scn)
-        outputs.write_records(tmp, runs)
-        outputs.write_json(tmp / "summary.json", build_summary(plan, runs))
+    with files.staged_dir(dest) as tmp:
+        files.write_scenario(tmp / "scenario.yaml", scn)
+        records.write_records(tmp, runs)
+        files.write_json(tmp / "summary.json", build_summary(plan, runs))
         write_trace(tmp / "trace.json", runs, scn.arms, {plan.reference_point_id})
         timing = [{"arm": r.spec.arm, "point_id": r.spec.point_id, "repeat": r.spec.repeat,
                    "wall_s": round(r.records.wall_s, 6)} for r in runs]
-        outputs.write_json(tmp / "env.json", env_info.collect(
+        files.write_json(tmp / "env.json", env_info.collect(
             target=plan.target, hardware=scn.hardware, run_id=dest.name, argv=argv,
             started_s=started_s, run_wall_s=timing))
         write_report([load_run(tmp, label=dest.name)], tmp, write_pngs=True)
@@ -114,7 +114,7 @@ def write_run(dest: Path, plan: Plan, runs: Sequence[RunResult], *, argv: list[s
 def medians_table(run_dir: Path, point_id: int, num_points: int) -> str:
     """The short per-arm table printed at the end of a run."""
     from loopserve.compare import metric
-    from loopserve.rundata import load_run
+    from loopserve.outputs.rundata import load_run
 
     run = load_run(run_dir)
     head = f"{'arm':<10} {'ITL p50':>9} {'ITL p99':>9} {'TTFT p50':>10} {'TTFT p99':>10} " \
@@ -134,9 +134,9 @@ def medians_table(run_dir: Path, point_id: int, num_points: int) -> str:
 
 
 def cmd_report(run_dirs: Sequence[str], out: str | None) -> int:
-    from loopserve.outputs import atomic_write
+    from loopserve.outputs.files import atomic_write
+    from loopserve.outputs.rundata import RunData, load_run
     from loopserve.report import make_figures, render_html
-    from loopserve.rundata import RunData, load_run
 
     runs: list[RunData] = []
     for d in run_dirs:

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from loopserve.rundata import RunData
+from loopserve.outputs.rundata import RunData
 
 # (summary key, sub-key or None, label, higher is better)
 METRICS: tuple[tuple[str, str | None, str, bool], ...] = (

@@ -89,11 +89,11 @@ def check_profile(path: str, scn: Scenario, target: str) -> Profile:
 
 def main(args: argparse.Namespace, argv: list[str]) -> int:
     """Plan both worlds, run them, compare, write; UserError on bad input (exit 2)."""
-    from loopserve import env_info, outputs
     from loopserve.fidelity_data import compare, run_real, run_sim
     from loopserve.fidelity_report import write_report
     from loopserve.orchestrate import plan_runs
-    from loopserve.outputs import run_destination
+    from loopserve.outputs import env_info, files
+    from loopserve.outputs.files import run_destination
     from loopserve.schema import load_scenario
 
     started = time.time()
@@ -121,11 +121,11 @@ def main(args: argparse.Namespace, argv: list[str]) -> int:
     cost = next(iter(sim_plan.costs.values()))
     result = compare(sim_plan, sim_runs, real_world, cost, prof)
     result["allocator"] = {"measured": allocator, "calibration": prof.provenance.allocator}
-    with outputs.staged_dir(dest) as tmp:
-        outputs.write_json(tmp / "fidelity.json", result)
-        outputs.write_scenario(tmp / "scenario.yaml", cal)
+    with files.staged_dir(dest) as tmp:
+        files.write_json(tmp / "fidelity.json", result)
+        files.write_scenario(tmp / "scenario.yaml", cal)
         _write_steps(tmp / "steps.csv", sim_runs, real_runs, cost)
-        outputs.write_json(tmp / "env.json", env_info.collect(
+        files.write_json(tmp / "env.json", env_info.collect(
             target=args.target, hardware=scn.hardware, run_id=dest.name, argv=argv,
             started_s=started, run_wall_s=[
                 {"world": w, "arm": r.spec.arm, "point_id": r.spec.point_id,
@@ -139,7 +139,7 @@ def main(args: argparse.Namespace, argv: list[str]) -> int:
 
 def _write_steps(path: Path, sim_runs: list[WorldRun], real_runs: list[WorldRun],
                  cost: Any) -> None:
-    from loopserve.outputs import write_csv
+    from loopserve.outputs.files import write_csv
 
     cols = ("world", "arm", "point_id", "repeat", "step", "start_s", "end_s", "kind",
             "core_calls", "num_decode_items", "num_prompt_tokens", "predicted_s", "cpu_s")

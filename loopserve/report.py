@@ -19,7 +19,7 @@ from typing import Any
 import yaml
 
 from loopserve.compare import METRICS, arm_ratios, field_verdicts, metric, verdict_sentences
-from loopserve.rundata import RunData
+from loopserve.outputs.rundata import RunData
 
 
 @dataclass(frozen=True)

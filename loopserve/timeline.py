@@ -18,8 +18,8 @@ from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 from matplotlib.patches import Patch
 
+from loopserve.outputs.rundata import RunData
 from loopserve.plots import png_bytes  # noqa: F401  (selects the Agg backend first)
-from loopserve.rundata import RunData
 
 KIND_COLORS = {
     "decode": "#4c9be8",

@@ -8,10 +8,10 @@ from typing import Any
 import pytest
 
 from loopserve.orchestrate import execute, plan_runs
+from loopserve.outputs.trace import select_runs, trace_events
 from loopserve.schema import load_scenario
 from loopserve.summary import build_summary, median_rows
 from loopserve.sweep import grid_values, reference_point
-from loopserve.trace_export import select_runs, trace_events
 from tests.scenario_fixtures import tiny, write_scenario
 
 

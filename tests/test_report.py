@@ -12,7 +12,7 @@ import pytest
 
 from loopserve.cli import main
 from loopserve.compare import arm_ratios, field_verdicts, verdict_sentences
-from loopserve.rundata import RunData
+from loopserve.outputs.rundata import RunData
 from tests.scenario_fixtures import tiny, write_scenario
 
 

@@ -26,8 +26,8 @@ from typing import Any
 import simpy
 
 from engine.core import CacheConfig, EngineConfig, SchedulerConfig
-from loopserve.env_info import git_commit, native_build, package_versions
-from loopserve.outputs import staged_dir
+from loopserve.outputs.env_info import git_commit, native_build, package_versions
+from loopserve.outputs.files import staged_dir
 from loopserve.workloads import build_source
 from sim import make_cost_model, simulate
 from sim.shapes import MODEL_SHAPES

@@ -16,7 +16,7 @@ import sys
 from importlib import metadata
 from pathlib import Path
 
-from loopserve.env_info import commit_label
+from loopserve.outputs.env_info import commit_label
 
 REPO = Path(__file__).resolve().parent.parent
 WHEEL_DIR = REPO / ".whl"

@@ -32,7 +32,7 @@ from loopserve.calibrate.measure import (
     probe_shapes,
     time_probes,
 )
-from loopserve.env_info import commit_label
+from loopserve.outputs.env_info import commit_label
 from sim.cost.calibrated import PROFILE_FORMAT, Profile, Provenance
 from sim.cost.features import STAGE_KINDS, batch_features
 from sim.cost.fit import (

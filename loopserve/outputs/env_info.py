@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 _PACKAGES = ("loopserve", "numpy", "pandas", "pydantic", "simpy", "matplotlib", "pyyaml", "tqdm")
-_REPO = Path(__file__).resolve().parent.parent
+_REPO = Path(__file__).resolve().parents[2]
 
 
 def package_versions() -> dict[str, str | None]:

@@ -1,8 +1,7 @@
-"""Run output files (DESIGN.md §11), written into a staging folder renamed when complete.
-
-CSV columns are fixed here. ``steps.csv`` carries the step's ``kind`` (decode | prompt |
-mixed | prefill | prelude | coda) beside ``stage``, which the timeline colours by. Floats are
-written with Python's shortest round-trip repr, so the same run gives the same bytes.
+"""Output files appear complete or not at all: a staging folder renamed when complete
+(``staged_dir``), a temp file renamed over its target (``atomic_write``), and the plain CSV,
+JSON and scenario writers. Floats are written with Python's shortest round-trip repr, so the
+same run gives the same bytes.
 """
 
 from __future__ import annotations
@@ -20,21 +19,8 @@ from typing import Any
 
 import yaml
 
-from loopserve.orchestrate import RunResult
+from loopserve.errors import UserError
 from loopserve.schema.scenario import Scenario
-
-RUN_KEY_COLUMNS = ("arm", "point_id", "repeat")
-STEPS_COLUMNS = RUN_KEY_COLUMNS + (
-    "step", "start_s", "end_s", "stage", "kind", "core_calls", "num_decode_items",
-    "num_prompt_items", "num_prompt_tokens", "num_fused_prelude_items", "depths", "mixed",
-)
-REQUESTS_COLUMNS = RUN_KEY_COLUMNS + (
-    "request_id", "arrival_s", "prompt_tokens", "output_tokens", "first_token_s", "finish_s",
-    "injected", "finish_reason",
-)
-TOKENS_COLUMNS = RUN_KEY_COLUMNS + (
-    "request_id", "index", "time_s", "token_id", "exit_depth",
-)
 
 
 def new_run_id(target: str, parent: Path) -> str:
@@ -50,8 +36,6 @@ def new_run_id(target: str, parent: Path) -> str:
 def run_destination(out: str | None, parent: Path, label: str) -> Path:
     """The run folder: ``--out`` when given (it must not exist or be an empty folder), else a
     new ``parent/<run-id>`` labelled ``label``."""
-    from loopserve.errors import UserError
-
     if out is not None:
         dest = Path(out)
         if dest.exists() and (not dest.is_dir() or any(dest.iterdir())):
@@ -120,28 +104,3 @@ def write_scenario(path: Path, scn: Scenario) -> None:
     """The resolved scenario (after --set), loadable again with ``loopserve run``."""
     data = scn.model_dump(mode="json", exclude_none=True)
     path.write_text(yaml.safe_dump(data, sort_keys=False, allow_unicode=True))
-
-
-def write_records(folder: Path, results: Sequence[RunResult]) -> None:
-    """steps.csv, requests.csv and tokens.csv, runs in execution order."""
-    write_csv(folder / "steps.csv", STEPS_COLUMNS, (
-        (r.spec.arm, r.spec.point_id, r.spec.repeat, s.step, s.start_s, s.end_s, s.stage,
-         s.kind, s.core_calls, s.num_decode_items, s.num_prompt_items, s.num_prompt_tokens,
-         s.num_fused_prelude_items, s.depths, s.mixed)
-        for r in results for s in r.records.steps
-    ))
-    write_csv(folder / "requests.csv", REQUESTS_COLUMNS, (
-        (r.spec.arm, r.spec.point_id, r.spec.repeat, q.request_id, q.arrival_s,
-         q.prompt_tokens, q.output_tokens, _opt(q.first_token_s), _opt(q.finish_s),
-         q.injected, _opt(q.finish_reason))
-        for r in results for q in sorted(r.records.requests, key=lambda q: q.arrival_s)
-    ))
-    write_csv(folder / "tokens.csv", TOKENS_COLUMNS, (
-        (r.spec.arm, r.spec.point_id, r.spec.repeat, t.request_id, t.index, t.time_s,
-         t.token_id, t.exit_depth)
-        for r in results for t in r.records.tokens
-    ))
-
-
-def _opt(value: Any) -> Any:
-    return "" if value is None else value
