@@ -62,7 +62,7 @@ def _number(flag: str, text: str, kind: type, low: float, fix: str) -> Any:
 
 def main(args: argparse.Namespace, argv: list[str]) -> int:
     """Validate flags, measure, fit, write; UserError on bad input (exit 2 by the CLI)."""
-    from loopserve.realtime import check_target
+    from loopserve.targets.base import check_real
 
     started = time.time()
     if args.target not in ("cpu", "cuda"):
@@ -79,7 +79,7 @@ def main(args: argparse.Namespace, argv: list[str]) -> int:
                         "or a .json file")
     if out is not None and out.suffix == ".json" and out.is_dir():
         raise UserError("--out", f"{out} is a folder; name a .json file or a new folder")
-    check_target(args.target)
+    check_real(args.target)
     _check_backend(args.attention_backend)
 
     from loopserve.calibrate.allocator import steady_allocator

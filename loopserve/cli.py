@@ -16,7 +16,8 @@ from typing import TYPE_CHECKING
 from loopserve.errors import UserError
 
 if TYPE_CHECKING:
-    from loopserve.orchestrate import Plan, RunResult
+    from loopserve.runs.loop import RunResult
+    from loopserve.runs.plan import Plan
 
 EXIT_OK, EXIT_USAGE = 0, 2
 RESULTS_ROOT = Path("results")
@@ -69,8 +70,9 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def cmd_run(args: argparse.Namespace, *, require_sweep: bool, argv: list[str]) -> int:
-    from loopserve.orchestrate import execute, plan_runs
     from loopserve.outputs.files import run_destination
+    from loopserve.runs.loop import execute
+    from loopserve.runs.plan import plan_runs
     from loopserve.schema import load_scenario
 
     started = time.time()
@@ -94,7 +96,7 @@ def write_run(dest: Path, plan: Plan, runs: Sequence[RunResult], *, argv: list[s
     from loopserve.outputs.rundata import load_run
     from loopserve.outputs.trace import write_trace
     from loopserve.report import write_report
-    from loopserve.summary import build_summary
+    from loopserve.runs.summary import build_summary
 
     scn = plan.scenario
     with files.staged_dir(dest) as tmp:

@@ -91,7 +91,7 @@ def field_verdicts(run: RunData) -> list[Verdict]:
     fields; a swept field only in the slice through the reference point.
     """
     from loopserve.plots import swept_fields
-    from loopserve.sweep import VARIANT_KEY
+    from loopserve.runs.sweep import VARIANT_KEY
 
     ref = run.point_values(run.reference_point_id)
     out = []

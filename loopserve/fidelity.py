@@ -91,9 +91,9 @@ def main(args: argparse.Namespace, argv: list[str]) -> int:
     """Plan both worlds, run them, compare, write; UserError on bad input (exit 2)."""
     from loopserve.fidelity_data import compare, run_real, run_sim
     from loopserve.fidelity_report import write_report
-    from loopserve.orchestrate import plan_runs
     from loopserve.outputs import env_info, files
     from loopserve.outputs.files import run_destination
+    from loopserve.runs.plan import plan_runs
     from loopserve.schema import load_scenario
 
     started = time.time()

@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from engine.core.records import batch_signature
-from loopserve.orchestrate import Plan, build_source
+from loopserve.runs.plan import Plan, run_source
 
 if TYPE_CHECKING:
     from loopserve.fidelity_data import WorldRun
@@ -43,5 +43,5 @@ def _timed_arrivals(plan: Plan) -> bool:
     """Whether the workload has arrivals at t > 0 (then the schedule depends on timing)."""
     spec = plan.runs[0]
     point = next(p for p in plan.points if p.point_id == spec.point_id)
-    src = build_source(point.scenario, spec.seed, plan.shape)
+    src = run_source(point.scenario, spec.seed, plan.shape)
     return any((s.arrival_s or 0.0) > 0.0 for s in src.initial())

@@ -21,8 +21,10 @@ from loopserve.fidelity_batches import batch_comparison
 from loopserve.fidelity_drift import drift
 from loopserve.fidelity_tail import tail
 from loopserve.fidelity_targets import targets
-from loopserve.orchestrate import Plan, RunSpec, build_source, each_run, simulate_run
-from loopserve.sweep import SweepPoint
+from loopserve.runs.loop import each_run, sim_target
+from loopserve.runs.plan import Plan, run_source
+from loopserve.runs.sweep import SweepPoint
+from loopserve.targets.base import RunSpec
 from sim.cost.calibrated import CalibratedCost, Profile
 from sim.cost.fit import contended as contended_step
 
@@ -78,11 +80,12 @@ class _Capture:
 
 def run_sim(plan: Plan, *, progress: bool = True) -> list[WorldRun]:
     """Every planned run in the simulator (calibrated cost), batches captured."""
-    from loopserve.metrics import summarize
+    from loopserve.runs.metrics import summarize
 
     def one(point: SweepPoint, spec: RunSpec) -> WorldRun:
         capture = _Capture(plan.costs[spec.point_id])
-        records = simulate_run(plan, point, spec, capture)
+        records = sim_target(plan).simulate(
+            spec, run_source(point.scenario, spec.seed, plan.shape), capture)
         return WorldRun(spec, records, capture.batches, summarize(records, plan.shape.num_depths))
 
     return each_run(plan, one, progress=progress, world="sim")
@@ -116,8 +119,8 @@ def _probes(target: Any, block_size: int) -> dict[str, float]:
 def _run_real(plan: Plan, progress: bool, block_size: int) -> RealWorld:
     from engine.llm import run_realtime
     from loopserve.calibrate.host_gap import RecordingRunner
-    from loopserve.metrics import summarize
-    from loopserve.realtime import RealTarget
+    from loopserve.runs.metrics import summarize
+    from loopserve.targets.real import RealTarget
 
     target = RealTarget(plan.scenario, plan.target)
     probes: list[dict[str, float]] = []
@@ -126,7 +129,7 @@ def _run_real(plan: Plan, progress: bool, block_size: int) -> RealWorld:
         # Batches come from the runner (signatures after the run), so the timed loop is the
         # one `loopserve run` times.
         runner = RecordingRunner(target.runner(spec.cfg, spec.seed))
-        src = build_source(point.scenario, spec.seed, plan.shape)
+        src = run_source(point.scenario, spec.seed, plan.shape)
         records = run_realtime(spec.cfg, src, runner)  # type: ignore[arg-type]
         return WorldRun(spec, records, runner.batches,
                         summarize(records, plan.shape.num_depths), runner.cpu_s)

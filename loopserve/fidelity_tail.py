@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from loopserve.metrics import consecutive_tokens
+from loopserve.runs.metrics import consecutive_tokens
 
 if TYPE_CHECKING:
     from loopserve.fidelity_data import WorldRun

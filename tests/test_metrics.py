@@ -6,7 +6,7 @@ import pytest
 
 from engine.core import StepRecord, TokenEvent
 from engine.core.records import RequestRecord, RunRecords
-from loopserve.metrics import (
+from loopserve.runs.metrics import (
     REQUEST_COLUMNS,
     STEP_COLUMNS,
     TOKEN_COLUMNS,

@@ -7,11 +7,12 @@ from typing import Any
 
 import pytest
 
-from loopserve.orchestrate import execute, plan_runs
 from loopserve.outputs.trace import select_runs, trace_events
+from loopserve.runs.loop import execute
+from loopserve.runs.plan import plan_runs
+from loopserve.runs.summary import build_summary, median_rows
+from loopserve.runs.sweep import grid_values, reference_point
 from loopserve.schema import load_scenario
-from loopserve.summary import build_summary, median_rows
-from loopserve.sweep import grid_values, reference_point
 from tests.scenario_fixtures import tiny, write_scenario
 
 
@@ -147,7 +148,7 @@ def test_each_run_warms_up_then_calls_back_then_runs_in_order(tmp_path: Path) ->
     import dataclasses
 
     from loopserve.errors import UserError
-    from loopserve.orchestrate import each_run
+    from loopserve.runs.loop import each_run
 
     scn = load_scenario(write_scenario(tmp_path, tiny(repeats=2)))
     plan = dataclasses.replace(plan_runs(scn, "sim"), target="cpu")  # no runner is built

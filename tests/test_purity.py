@@ -20,7 +20,7 @@ def test_engine_core_imports_no_torch_or_simpy() -> None:
 
 def test_sim_and_its_users_import_no_torch() -> None:
     imports = ("sim, sim.driver, sim.cost, sim.cost.fit, sim.cost.shape_grid, sim.cost.resolve, "
-               "sim.exit_model, sim.validity, loopserve.workloads, loopserve.metrics")
+               "sim.exit_model, sim.validity, loopserve.workloads, loopserve.runs.metrics")
     assert _loaded_after(imports, ("torch",)) == []
     assert _loaded_after(imports, ("simpy",)) == ["simpy"]  # the probe sees what is loaded
 

@@ -11,7 +11,7 @@ import pytest
 
 from engine.core import ExitConfig, SamplingParams, Stage
 from engine.core.records import ArrivalSpec
-from loopserve.metrics import requests_frame, steps_frame, tokens_frame
+from loopserve.runs.metrics import requests_frame, steps_frame, tokens_frame
 from loopserve.workloads import build_source
 from sim import make_cost_model, make_signal_fn, simulate
 from sim.shapes import TINY

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from loopserve.metrics import summarize
+from loopserve.runs.metrics import summarize
 from loopserve.workloads import build_source
 from sim import make_cost_model, simulate
 from sim.shapes import TINY

@@ -9,8 +9,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from loopserve.orchestrate import RunResult
 from loopserve.outputs.files import write_csv
+from loopserve.runs.loop import RunResult
 
 RUN_KEY_COLUMNS = ("arm", "point_id", "repeat")
 STEPS_COLUMNS = RUN_KEY_COLUMNS + (

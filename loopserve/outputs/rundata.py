@@ -15,7 +15,7 @@ import pandas as pd
 import yaml
 
 from loopserve.errors import UserError
-from loopserve.sweep import reference_point
+from loopserve.runs.sweep import reference_point
 
 REQUIRED_FILES = ("summary.json", "scenario.yaml", "steps.csv", "requests.csv", "tokens.csv")
 

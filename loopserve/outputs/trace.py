@@ -14,7 +14,7 @@ from collections.abc import Collection, Sequence
 from pathlib import Path
 from typing import Any
 
-from loopserve.orchestrate import RunResult
+from loopserve.runs.loop import RunResult
 
 _US = 1e6
 _INJECTED_TID = 1000

@@ -13,7 +13,8 @@ from typing import Any
 
 import numpy as np
 
-from loopserve.orchestrate import Plan, RunResult
+from loopserve.runs.loop import RunResult
+from loopserve.runs.plan import Plan
 
 # Summary fields that are not metrics (copied, never averaged).
 KEY_FIELDS = ("arm", "target", "point_id", "repeat", "valid", "invalid_reason")

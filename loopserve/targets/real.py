@@ -1,30 +1,28 @@
 """Real-engine targets (``--target cpu|cuda``): the scenario on ``engine.llm.run_realtime``.
 
-Imported lazily, so the simulator path never loads torch. The model is built once per target
-(preset with seeded weights from the scenario seed, or a checkpoint directory) and shared by
-every run; each run gets a fresh ModelRunner sized by its EngineConfig.
+Loaded only through ``loopserve.targets.base`` (torch is imported here). The model is built
+once per target (preset with seeded weights from the scenario seed, or a checkpoint
+directory) and shared by every run; each run gets a fresh ModelRunner sized by its
+EngineConfig.
 """
 
 from __future__ import annotations
 
-from typing import Any
+import torch
 
 from engine.core.config import EngineConfig
 from engine.core.records import ArrivalSource, RunRecords
+from engine.llm import build_runner, run_realtime
+from engine.model.build import build_model, default_dtype
+from engine.runner import ModelRunner
+from loopserve.calibrate.allocator import steady_allocator
 from loopserve.errors import UserError
 from loopserve.schema.scenario import Scenario
+from loopserve.targets.base import RunSpec
 
 
-def check_target(target: str) -> None:
-    """Raise a UserError when the real engine or the device is unavailable."""
-    try:
-        import torch
-
-        import engine.llm  # noqa: F401
-    except ImportError as err:
-        raise UserError(
-            "--target", f"the real engine is not available ({err}); use --target sim"
-        ) from None
+def check_device(target: str) -> None:
+    """Raise a UserError when ``target`` is cuda and this machine has no CUDA device."""
     if target == "cuda" and not torch.cuda.is_available():
         raise UserError("--target", "cuda: no CUDA device on this machine; use cpu or sim")
 
@@ -33,17 +31,11 @@ class RealTarget:
     """Builds the model once and runs each planned run on wall-clock time."""
 
     def __init__(self, scn: Scenario, target: str) -> None:
-        import torch
-
-        from engine.model.build import build_model, default_dtype
-
         self.device = target
         r = scn.runner
         self.dtype = getattr(torch, r.dtype) if r.dtype else default_dtype(target)
         self.attention_backend = r.attention_backend
         if target == "cpu":
-            from loopserve.calibrate.allocator import steady_allocator
-
             # Same allocator as `loopserve calibrate`, so measured steps match the profile.
             steady_allocator()
             if r.num_threads is not None:
@@ -53,18 +45,14 @@ class RealTarget:
         except (ValueError, OSError, KeyError) as err:
             raise UserError.from_value_error(ValueError(str(err)), "model") from None
 
-    def runner(self, cfg: EngineConfig, seed: int) -> Any:
+    def runner(self, cfg: EngineConfig, seed: int) -> ModelRunner:
         """A fresh ModelRunner for one run; UserError naming the runner field if it cannot
         be built (an unavailable attention backend, say)."""
-        from engine.llm import build_runner
-
         try:
             return build_runner(self.model, cfg, self.device, self.dtype, seed,
                                 self.attention_backend)
         except ValueError as err:
             raise UserError.from_value_error(err, "runner") from None
 
-    def run(self, cfg: EngineConfig, source: ArrivalSource, seed: int) -> RunRecords:
-        from engine.llm import run_realtime
-
-        return run_realtime(cfg, source, self.runner(cfg, seed))
+    def run(self, spec: RunSpec, source: ArrivalSource) -> RunRecords:
+        return run_realtime(spec.cfg, source, self.runner(spec.cfg, spec.seed))

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from operator import attrgetter
-from typing import Any
+from typing import Any, TypedDict
 
 import numpy as np
 import pandas as pd  # type: ignore[import-untyped]
@@ -24,7 +24,6 @@ import pandas as pd  # type: ignore[import-untyped]
 from engine.core.records import RunRecords
 from engine.core.results import TokenEvent
 
-STATS: tuple[str, ...] = ("mean", "p50", "p90", "p99", "max")
 STEP_COLUMNS: tuple[str, ...] = (
     "step", "start_s", "end_s", "stage", "core_calls", "num_decode_items", "num_prompt_items",
     "num_prompt_tokens", "num_fused_prelude_items", "depths", "mixed",
@@ -36,11 +35,35 @@ REQUEST_COLUMNS: tuple[str, ...] = (
 TOKEN_COLUMNS: tuple[str, ...] = ("request_id", "index", "time_s", "token_id", "exit_depth")
 
 
-def distribution_ms(values_s: Iterable[float]) -> dict[str, float | None]:
+class Distribution(TypedDict):
+    """One latency metric in milliseconds (every value None when it has no sample)."""
+
+    mean: float | None
+    p50: float | None
+    p90: float | None
+    p99: float | None
+    max: float | None
+
+
+class Metrics(TypedDict):
+    """The metrics of one run, as summary.json carries them (keys in this order)."""
+
+    ttft_ms: Distribution
+    tpot_ms: Distribution
+    itl_ms: Distribution
+    e2el_ms: Distribution
+    output_tok_s: float | None
+    prompt_token_loops_s: float | None
+    num_requests: int
+    num_core_calls: int
+    num_mixed_core_calls: int
+
+
+def distribution_ms(values_s: Iterable[float]) -> Distribution:
     """``{mean, p50, p90, p99, max}`` of ``values_s`` in milliseconds."""
     arr = np.fromiter(values_s, dtype=np.float64) * 1e3
     if arr.size == 0:
-        return dict.fromkeys(STATS)
+        return {"mean": None, "p50": None, "p90": None, "p99": None, "max": None}
     p50, p90, p99 = np.percentile(arr, [50, 90, 99])
     return {"mean": float(arr.mean()), "p50": float(p50), "p90": float(p90),
             "p99": float(p99), "max": float(arr.max())}
@@ -76,7 +99,7 @@ def _num_depths(records: RunRecords) -> int | None:
     return None
 
 
-def summarize(records: RunRecords, num_depths: int | None = None) -> dict[str, Any]:
+def summarize(records: RunRecords, num_depths: int | None = None) -> Metrics:
     """Metrics of one run. ``num_depths`` (D) scales prompt token-loops; when None it is read
     from the records (a first token always runs all D loops)."""
     reqs = records.requests

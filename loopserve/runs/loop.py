@@ -1,0 +1,96 @@
+"""Run a plan: every planned run in order on its target, under a progress bar, each checked
+for validity and summarised (``execute``); ``each_run`` is the loop itself, shared with
+``loopserve fidelity``'s two worlds."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TypeVar
+
+from tqdm import tqdm
+
+from engine.core.records import RunRecords
+from loopserve.errors import UserError
+from loopserve.runs.metrics import Metrics, summarize
+from loopserve.runs.plan import Plan, run_source
+from loopserve.runs.sweep import SweepPoint
+from loopserve.targets.base import RunSpec, Target, real_target
+from loopserve.targets.sim import SimTarget
+from sim.validity import check
+
+T = TypeVar("T")
+
+
+@dataclass
+class RunResult:
+    """A finished run: raw records, validity reasons and its metrics summary."""
+
+    spec: RunSpec
+    records: RunRecords
+    invalid_reasons: list[str]
+    metrics: Metrics
+
+    @property
+    def valid(self) -> bool:
+        return not self.invalid_reasons
+
+
+def sim_target(plan: Plan) -> SimTarget:
+    """The simulator priced by the plan's cost models."""
+    return SimTarget(plan.shape, plan.costs,
+                     {p.point_id: p.scenario.exit.lambdas for p in plan.points})
+
+
+def target_of(plan: Plan) -> Target:
+    """The plan's target: the simulator, or the real engine built once (``plan.real``)."""
+    if plan.target == "sim":
+        return sim_target(plan)
+    if plan.real is None:
+        plan.real = real_target(plan.scenario, plan.target)
+    return plan.real
+
+
+def each_run(plan: Plan, run_one: Callable[[SweepPoint, RunSpec], T], *,
+             progress: bool = True, world: str | None = None,
+             after_warmup: Callable[[], None] | None = None) -> list[T]:
+    """``run_one`` for every planned run in order, under a progress bar. On a real target an
+    untimed warm-up run comes first when the scenario asks for it (first-run costs are not
+    data); ``after_warmup`` is called once before the timed runs, warm-up or not. ValueErrors
+    from a run (the warm-up included) become UserErrors naming it."""
+    by_id = {p.point_id: p for p in plan.points}
+
+    def one(spec: RunSpec, what: str = "") -> T:
+        try:
+            return run_one(by_id[spec.point_id], spec)
+        except ValueError as err:
+            raise UserError.from_value_error(
+                err, "workload",
+                f"{what}arm {spec.arm}, point {spec.point_id}, repeat {spec.repeat}",
+            ) from None
+
+    if plan.target != "sim" and plan.scenario.runner.warmup and plan.runs:
+        one(plan.runs[0], "warm-up run, ")
+    if after_warmup is not None:
+        after_warmup()
+    out = []
+    with tqdm(plan.runs, desc=f"{plan.scenario.name} [{world or plan.target}]", unit="run",
+              file=sys.stderr, disable=not progress, leave=False) as bar:
+        for spec in bar:
+            bar.set_postfix_str(f"{spec.arm} p{spec.point_id} r{spec.repeat}", refresh=False)
+            out.append(one(spec))
+    return out
+
+
+def execute(plan: Plan, *, progress: bool = True) -> list[RunResult]:
+    """Run every planned run in order (``each_run``), each checked and summarised."""
+    target = target_of(plan)
+
+    def one(point: SweepPoint, spec: RunSpec) -> RunRecords:
+        return target.run(spec, run_source(point.scenario, spec.seed, plan.shape))
+
+    runs = each_run(plan, one, progress=progress)
+    return [RunResult(spec, records, check(records, spec.arm),
+                      summarize(records, plan.shape.num_depths))
+            for spec, records in zip(plan.runs, runs, strict=True)]

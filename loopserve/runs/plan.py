@@ -1,0 +1,106 @@
+"""Plan a scenario's runs: every sweep point x repeat x arm, interleaved (r0: A0 A1 A2, r1: ...).
+
+``plan_runs`` resolves and validates everything first (points, one ``EngineConfig`` per arm
+and point, cost models, workload sources), so bad input fails before any run or file;
+``loopserve.runs.loop`` then runs the plan on its target.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from engine.core.config import EngineConfig, ModelShape
+from engine.core.records import ArrivalSource
+from loopserve.errors import UserError
+from loopserve.runs.sweep import SweepPoint, expand, reference_point
+from loopserve.schema.build import engine_config, lifetime_bound, model_shape
+from loopserve.schema.scenario import Scenario
+from loopserve.targets.base import RunSpec, Target, check_real
+from loopserve.workloads import build_source
+from sim.cost import make_cost_model
+from sim.cost.base import CostModel
+from sim.cost.resolve import resolve_cost
+from sim.shapes import MODEL_SHAPES
+
+TARGETS = ("sim", "cpu", "cuda")
+
+
+@dataclass
+class Plan:
+    """Everything validated and ready to execute."""
+
+    scenario: Scenario
+    target: str
+    shape: ModelShape
+    points: list[SweepPoint]
+    runs: list[RunSpec]
+    reference_point_id: int
+    costs: dict[int, CostModel] = field(default_factory=dict)  # point_id -> cost (sim only)
+    real: Target | None = None  # the real engine, built on the first real run
+
+
+def plan_runs(scn: Scenario, target: str) -> Plan:
+    """Resolve points, configs, cost models and sources; raise UserError on any bad input."""
+    if target not in TARGETS:
+        raise UserError("--target", f"unknown target {target!r}; use one of {'|'.join(TARGETS)}")
+    if target != "sim":
+        check_real(target)
+    shape = model_shape(scn.model)
+    points = expand(scn)
+    ref = reference_point(
+        scn.model_dump(), [{"point_id": p.point_id, "values": p.values} for p in points]
+    )
+    plan = Plan(scn, target, shape, points, [], ref)
+    configs: dict[tuple[int, str], EngineConfig] = {}
+    for point in points:
+        context = f"sweep point {point.point_id}: {point.label}" if scn.is_sweep else ""
+        bound = _lifetime_bound(point.scenario, shape)
+        for arm in scn.arms:
+            configs[point.point_id, arm] = engine_config(
+                point.scenario, arm, shape, bound, context
+            )
+        if target == "sim":
+            plan.costs[point.point_id] = _cost_model(point.scenario, shape, context)
+    for point in points:
+        for repeat in range(scn.repeats):
+            for arm in scn.arms:
+                plan.runs.append(
+                    RunSpec(arm, point.point_id, repeat, scn.seed + repeat,
+                            configs[point.point_id, arm])
+                )
+    return plan
+
+
+def run_source(scn: Scenario, seed: int, shape: ModelShape) -> ArrivalSource:
+    """The workload's arrival source for one run (fresh per run: sources keep state)."""
+    try:
+        return build_source(scn.workload, seed=seed, vocab_size=shape.vocab_size,
+                            exit_trace=scn.exit.trace)
+    except (ValueError, OSError) as err:
+        where = "workload.path" if hasattr(scn.workload, "path") else "workload"
+        raise UserError.from_value_error(ValueError(str(err)), where) from None
+
+
+def _lifetime_bound(scn: Scenario, shape: ModelShape) -> int:
+    """Longest request lifetime of the point's workload; checks trace-mode exit traces."""
+    source = run_source(scn, scn.seed, shape)
+    all_specs = getattr(source, "all_specs", source.initial)  # StaticSource knows injections
+    specs = list(all_specs())
+    if scn.exit.mode == "trace" and any(s.params.exit_trace is None for s in specs):
+        raise UserError("exit.trace", "exit mode trace needs exit.trace: [D, d1, d2, ...] or a "
+                        "trace workload whose rows carry exit_depths")
+    lifetimes = (len(s.prompt_token_ids) + s.params.max_tokens - 1 for s in specs)
+    return lifetime_bound(scn.workload.model_dump(), lifetimes)
+
+
+def _cost_model(scn: Scenario, shape: ModelShape, context: str) -> CostModel:
+    # kind "auto": the calibrated profile for (hardware, model) when one is checked in
+    kind, profile = resolve_cost(scn.cost.kind, scn.cost.profile, scn.hardware, scn.model)
+    try:
+        return make_cost_model(
+            kind, shape, hardware=scn.hardware, core_call_s=scn.cost.core_call_s,
+            profile=profile,
+            model_name=scn.model if scn.model in MODEL_SHAPES else None,
+        )
+    except (ValueError, OSError) as err:
+        raise UserError.from_value_error(ValueError(str(err)), "cost", context) from None

@@ -1,0 +1,33 @@
+"""The simulator as a target: each run priced by its sweep point's cost model, in simulated
+time (``sim.driver.simulate``), with the exit signals its point's scenario asks for."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from engine.core.config import ModelShape
+from engine.core.records import ArrivalSource, RunRecords
+from loopserve.targets.base import RunSpec
+from sim.cost.base import CostModel
+from sim.driver import simulate
+from sim.exit_model import make_signal_fn
+
+
+@dataclass(frozen=True)
+class SimTarget:
+    """Simulates runs of one plan: ``costs`` and ``exit_lambdas`` are per point id."""
+
+    shape: ModelShape
+    costs: Mapping[int, CostModel]
+    exit_lambdas: Mapping[int, Sequence[float] | None]
+
+    def run(self, spec: RunSpec, source: ArrivalSource) -> RunRecords:
+        return self.simulate(spec, source, self.costs[spec.point_id])
+
+    def simulate(self, spec: RunSpec, source: ArrivalSource, cost: CostModel) -> RunRecords:
+        """One run priced by ``cost`` instead of the point's own (fidelity's capture)."""
+        signal_fn = make_signal_fn(spec.cfg.exit, self.shape.num_depths, seed=spec.seed,
+                                   mean_lambdas=self.exit_lambdas[spec.point_id])
+        return simulate(spec.cfg, source, cost, signal_fn=signal_fn, seed=spec.seed,
+                        vocab_size=self.shape.vocab_size)
