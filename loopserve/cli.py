@@ -95,7 +95,7 @@ def write_run(dest: Path, plan: Plan, runs: Sequence[RunResult], *, argv: list[s
     from loopserve.outputs import env_info, files, records
     from loopserve.outputs.rundata import load_run
     from loopserve.outputs.trace import write_trace
-    from loopserve.report import write_report
+    from loopserve.report.page import write_run_report
     from loopserve.runs.summary import build_summary
 
     scn = plan.scenario
@@ -109,14 +109,14 @@ def write_run(dest: Path, plan: Plan, runs: Sequence[RunResult], *, argv: list[s
         files.write_json(tmp / "env.json", env_info.collect(
             target=plan.target, hardware=scn.hardware, run_id=dest.name, argv=argv,
             started_s=started_s, run_wall_s=timing))
-        write_report([load_run(tmp, label=dest.name)], tmp, write_pngs=True)
+        write_run_report([load_run(tmp, label=dest.name)], tmp, write_pngs=True)
     return dest / "report.html"
 
 
 def medians_table(run_dir: Path, point_id: int, num_points: int) -> str:
     """The short per-arm table printed at the end of a run."""
-    from loopserve.compare import metric
     from loopserve.outputs.rundata import load_run
+    from loopserve.report.compare import metric
 
     run = load_run(run_dir)
     head = f"{'arm':<10} {'ITL p50':>9} {'ITL p99':>9} {'TTFT p50':>10} {'TTFT p99':>10} " \
@@ -138,7 +138,7 @@ def medians_table(run_dir: Path, point_id: int, num_points: int) -> str:
 def cmd_report(run_dirs: Sequence[str], out: str | None) -> int:
     from loopserve.outputs.files import atomic_write
     from loopserve.outputs.rundata import RunData, load_run
-    from loopserve.report import make_figures, render_html
+    from loopserve.report.page import make_figures, render_html
 
     runs: list[RunData] = []
     for d in run_dirs:

@@ -90,7 +90,7 @@ def check_profile(path: str, scn: Scenario, target: str) -> Profile:
 def main(args: argparse.Namespace, argv: list[str]) -> int:
     """Plan both worlds, run them, compare, write; UserError on bad input (exit 2)."""
     from loopserve.fidelity_data import compare, run_real, run_sim
-    from loopserve.fidelity_report import write_report
+    from loopserve.fidelity_report import write_fidelity_report
     from loopserve.outputs import env_info, files
     from loopserve.outputs.files import run_destination
     from loopserve.runs.plan import plan_runs
@@ -131,7 +131,7 @@ def main(args: argparse.Namespace, argv: list[str]) -> int:
                 {"world": w, "arm": r.spec.arm, "point_id": r.spec.point_id,
                  "repeat": r.spec.repeat, "wall_s": round(r.records.wall_s, 6)}
                 for w, runs in (("sim", sim_runs), ("measured", real_runs)) for r in runs]))
-        write_report(tmp / "report.html", scn, result, sim_runs, real_runs, cost)
+        write_fidelity_report(tmp / "report.html", scn, result, sim_runs, real_runs, cost)
     print(_table(result))
     print(f"report: {dest / 'report.html'}")
     return 0

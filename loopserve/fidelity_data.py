@@ -16,11 +16,11 @@ import numpy as np
 
 from engine.core.batch import Batch
 from engine.core.records import RunRecords
-from loopserve.compare import metric
 from loopserve.fidelity_batches import batch_comparison
 from loopserve.fidelity_drift import drift
 from loopserve.fidelity_tail import tail
 from loopserve.fidelity_targets import targets
+from loopserve.report.compare import metric
 from loopserve.runs.loop import each_run, sim_target
 from loopserve.runs.plan import Plan, run_source
 from loopserve.runs.sweep import SweepPoint

@@ -16,9 +16,9 @@ from matplotlib.patches import Patch
 
 from loopserve.fidelity_data import WorldRun
 from loopserve.fidelity_tail import edge_text, reading
-from loopserve.plots import png_bytes
+from loopserve.report.plots import png_bytes
+from loopserve.report.timeline import KIND_COLORS, KIND_LABELS, MS, draw_lane
 from loopserve.schema.scenario import Scenario
-from loopserve.timeline import KIND_COLORS, KIND_LABELS, MS, draw_lane
 
 
 def _lane(ax: Any, run: WorldRun, label: str) -> None:
@@ -41,7 +41,7 @@ def _zoom(run: WorldRun) -> tuple[float, float] | None:
             (first.first_token_s + 0.3 * span) * MS)
 
 
-def timeline_figure(arm: str, sim: WorldRun, real: WorldRun) -> Figure:
+def paired_timeline_figure(arm: str, sim: WorldRun, real: WorldRun) -> Figure:
     """Sim above measured on one time axis: the whole run, then a zoom on the first injected
     prompt (window taken from the measured run)."""
     zoom = _zoom(real)
@@ -181,7 +181,7 @@ _CSS = ("body{font-family:sans-serif;margin:2em;max-width:1300px}table{border-co
         "font-size:13px}th{background:#f3f3f3}td:first-child{text-align:left}")
 
 
-def write_report(path: Path, scn: Scenario, result: dict[str, Any], sim: list[WorldRun],
+def write_fidelity_report(path: Path, scn: Scenario, result: dict[str, Any], sim: list[WorldRun],
                  real: list[WorldRun], cost: Any) -> None:
     """Render the self-contained report."""
     prof = result["profile"]
@@ -212,7 +212,7 @@ def write_report(path: Path, scn: Scenario, result: dict[str, Any], sim: list[Wo
         pair = [(s, r) for s, r in zip(sim, real, strict=True)
                 if s.spec.arm == arm and s.spec.point_id == ref]
         if pair:
-            parts.append(_img(timeline_figure(arm, *pair[0])))
+            parts.append(_img(paired_timeline_figure(arm, *pair[0])))
     parts += ["<h2>Batch sequences</h2>", _batches_html(result)]
     doc = (f"<!doctype html><html><head><meta charset='utf-8'><title>fidelity "
            f"{html.escape(scn.name)}</title><style>{_CSS}</style></head><body>"

@@ -11,8 +11,8 @@ import pandas as pd
 import pytest
 
 from loopserve.cli import main
-from loopserve.compare import arm_ratios, field_verdicts, verdict_sentences
 from loopserve.outputs.rundata import RunData
+from loopserve.report.compare import arm_ratios, field_verdicts, verdict_sentences
 from tests.scenario_fixtures import tiny, write_scenario
 
 

@@ -2,7 +2,7 @@
 
 Every figure takes one or more ``RunData``; with several runs each series is labelled
 ``run: arm`` and runs differ by line style, arms by colour. The step timeline lives in
-``loopserve.timeline``.
+``loopserve.report.timeline``.
 """
 
 from __future__ import annotations

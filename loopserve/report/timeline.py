@@ -19,7 +19,7 @@ from matplotlib.lines import Line2D
 from matplotlib.patches import Patch
 
 from loopserve.outputs.rundata import RunData
-from loopserve.plots import png_bytes  # noqa: F401  (selects the Agg backend first)
+from loopserve.report.plots import png_bytes  # noqa: F401  (selects the Agg backend first)
 
 KIND_COLORS = {
     "decode": "#4c9be8",

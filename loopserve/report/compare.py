@@ -11,6 +11,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from loopserve.outputs.rundata import RunData
+from loopserve.report.plots import swept_fields
+from loopserve.runs.sweep import VARIANT_KEY
 
 # (summary key, sub-key or None, label, higher is better)
 METRICS: tuple[tuple[str, str | None, str, bool], ...] = (
@@ -90,9 +92,6 @@ def field_verdicts(run: RunData) -> list[Verdict]:
     Variants (the options a scenario compares) are judged in every slice of the other swept
     fields; a swept field only in the slice through the reference point.
     """
-    from loopserve.plots import swept_fields
-    from loopserve.runs.sweep import VARIANT_KEY
-
     ref = run.point_values(run.reference_point_id)
     out = []
     for field in swept_fields(run):

@@ -18,8 +18,16 @@ from typing import Any
 
 import yaml
 
-from loopserve.compare import METRICS, arm_ratios, field_verdicts, metric, verdict_sentences
 from loopserve.outputs.rundata import RunData
+from loopserve.report.compare import METRICS, arm_ratios, field_verdicts, metric, verdict_sentences
+from loopserve.report.plots import (
+    itl_cdf_figure,
+    png_bytes,
+    sweep_figure,
+    swept_fields,
+    ttft_figure,
+)
+from loopserve.report.timeline import timeline_figure
 
 
 @dataclass(frozen=True)
@@ -31,15 +39,6 @@ class FigureFile:
 
 def make_figures(runs: Sequence[RunData]) -> list[FigureFile]:
     """Every figure of the report, rendered to PNG."""
-    from loopserve.plots import (
-        itl_cdf_figure,
-        png_bytes,
-        sweep_figure,
-        swept_fields,
-        ttft_figure,
-    )
-    from loopserve.timeline import timeline_figure
-
     slo = runs[0].scenario.get("slo")
     figs = [
         FigureFile("timeline.png", "Step timeline per arm", png_bytes(timeline_figure(runs))),
@@ -56,7 +55,7 @@ def make_figures(runs: Sequence[RunData]) -> list[FigureFile]:
     return figs
 
 
-def write_report(runs: Sequence[RunData], out_dir: Path, *, write_pngs: bool) -> Path:
+def write_run_report(runs: Sequence[RunData], out_dir: Path, *, write_pngs: bool) -> Path:
     """Render the figures and write ``report.html`` (and the PNGs when asked) to ``out_dir``."""
     figs = make_figures(runs)
     if write_pngs:
