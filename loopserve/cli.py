@@ -47,8 +47,8 @@ def build_parser() -> argparse.ArgumentParser:
     rep.add_argument("run_dirs", nargs="+", metavar="RUN_DIR")
     rep.add_argument("--out", help="folder for report.html (default: the first RUN_DIR)")
     rep.set_defaults(handler=lambda a, argv: cmd_report(a.run_dirs, a.out))
-    from loopserve import calibrate_cmd, fidelity
-    from loopserve.commands import serve
+    from loopserve import calibrate_cmd
+    from loopserve.commands import fidelity, serve
 
     calibrate_cmd.add_parser(sub)
     fidelity.add_parser(sub)

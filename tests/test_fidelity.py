@@ -11,7 +11,7 @@ import pytest
 import yaml
 
 from loopserve.cli import main
-from loopserve.fidelity_data import METRICS
+from loopserve.fidelity.compare import METRICS
 from tests.helpers import profile_doc, stage
 
 SCENARIO: dict[str, Any] = {

@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
-from loopserve.fidelity_data import WorldRun
-from loopserve.fidelity_tail import tail, tail_lines
+from loopserve.fidelity.tail import tail, tail_lines
+from loopserve.fidelity.world import WorldRun
 
 GAP_S = 1e-4
 

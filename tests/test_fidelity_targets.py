@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from loopserve.fidelity_targets import target_lines, targets
+from loopserve.fidelity.targets import target_lines, targets
 
 
 def _arms(**errors: tuple[float, float, float]) -> dict[str, Any]:

@@ -91,7 +91,7 @@ def test_console_scripts_find_every_module(tmp_path: Path) -> None:
     code = (
         "import sys; sys.path[:] = [p for p in sys.path if p not in ('', '.')]\n"
         "import engine.core.batch\n"
-        "import sim.cost.calibrated, sim.driver, loopserve.fidelity_data\n"
+        "import sim.cost.calibrated, sim.driver, loopserve.fidelity.compare\n"
         "from engine.core import _native\n"
         "print(_native.active(), str(_native.NATIVE_DIR) in sys.path)\n"
     )

@@ -84,6 +84,11 @@ def hardware_name(device: torch.device) -> str:
     return re.sub(r"[^a-z0-9.]", "", first) or "gpu"
 
 
+def gpu_hardware() -> str | None:
+    """This machine's GPU as a profile names it (``hardware_name``), or None without CUDA."""
+    return hardware_name(torch.device("cuda")) if torch.cuda.is_available() else None
+
+
 def device_name(device: torch.device) -> str:
     if device.type == "cuda":
         return torch.cuda.get_device_name(device)

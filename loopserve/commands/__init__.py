@@ -1,1 +1,3 @@
-"""One module per subcommand; each registers itself with ``add_parser(subparsers)``."""
+"""One module per subcommand of ``loopserve``: ``run`` (run and sweep), ``report``,
+``calibrate``, ``fidelity`` and ``serve``. Each registers its parser (``add_parser``) and runs
+it (``main(args, argv)``); ``loopserve.cli`` parses and dispatches."""

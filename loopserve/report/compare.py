@@ -7,6 +7,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -29,14 +30,14 @@ TIE_REL = 0.005  # within 0.5%: neither is better
 ARM_PAIRS = (("mixed", "atomic"), ("mixed", "per_depth"), ("per_depth", "atomic"))
 
 
-def metric(row: dict[str, Any] | None, key: str, sub: str | None = None) -> float | None:
-    """One metric of a summary row, or None."""
+def metric(row: Mapping[str, object] | None, key: str, sub: str | None = None) -> float | None:
+    """One metric of a summary row (or of a run's ``Metrics``), or None."""
     if row is None:
         return None
     value = row.get(key)
     if sub is not None:
         value = value.get(sub) if isinstance(value, dict) else None
-    return None if value is None else float(value)
+    return float(value) if isinstance(value, int | float) else None
 
 
 def arm_ratios(run: RunData, point_id: int) -> list[dict[str, Any]]:

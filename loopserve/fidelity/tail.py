@@ -19,15 +19,12 @@ the statistic is fragile in both worlds, whatever the cost model.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
-
 import numpy as np
 
+from loopserve.fidelity.doc import TailKind, TailRun, TailSection
+from loopserve.fidelity.world import WorldRun
 from loopserve.runs.metrics import consecutive_tokens
-
-if TYPE_CHECKING:
-    from loopserve.fidelity_data import WorldRun
-    from sim.cost.calibrated import CalibratedCost
+from sim.cost.calibrated import CalibratedCost
 
 PERCENTILE = 99.0
 BURST_RATIO = 1.25  # tail ratio / run ratio above which a kind's tail steps count as bursts
@@ -44,7 +41,7 @@ def _intervals(run: WorldRun) -> list[tuple[int, int]]:
     return [(at_end[a.time_s], at_end[b.time_s]) for a, b in consecutive_tokens(run.records)]
 
 
-def _run_tail(run: WorldRun, cost: CalibratedCost) -> dict[str, Any] | None:
+def _run_tail(run: WorldRun, cost: CalibratedCost) -> TailRun | None:
     steps = run.records.steps
     pred = run.predict(cost)
     ivs = _intervals(run)
@@ -72,7 +69,7 @@ def _run_tail(run: WorldRun, cost: CalibratedCost) -> dict[str, Any] | None:
             gap_meas += (starts[i] - ends[i - 1]) * 1e3
             gap_pred += cost.gap_time(run.batches[i]) * 1e3
     n = len(tail)
-    out_kinds: dict[str, Any] = {}
+    out_kinds: dict[str, TailKind] = {}
     for kind, row in sorted(by_kind.items()):
         of_kind = ratio[[k == kind for k in kinds]]
         of_kind = of_kind[~np.isnan(of_kind)]
@@ -102,7 +99,7 @@ def _run_tail(run: WorldRun, cost: CalibratedCost) -> dict[str, Any] | None:
     }
 
 
-def tail(real: list[WorldRun], cost: CalibratedCost) -> dict[str, Any]:
+def tail(real: list[WorldRun], cost: CalibratedCost) -> TailSection:
     """The ``tail`` section of fidelity.json: one entry per measured run with intervals."""
     runs = [t for r in real if (t := _run_tail(r, cost)) is not None]
     return {"percentile": PERCENTILE, "burst_ratio": BURST_RATIO, "edge": EDGE,
@@ -110,12 +107,12 @@ def tail(real: list[WorldRun], cost: CalibratedCost) -> dict[str, Any]:
             "runs": runs}
 
 
-def reading(run: dict[str, Any]) -> str:
+def reading(run: TailRun) -> str:
     """What one run's tail reads as: bursts, steady excess, or "-" (no prediction)."""
     return {True: "bursts", False: "steady excess", None: "-"}[run["bursts"]]
 
 
-def edge_text(run: dict[str, Any], percentile: float) -> str | None:
+def edge_text(run: TailRun, percentile: float) -> str | None:
     """The warning for a percentile on a cluster edge, or None."""
     if not run["on_edge"]:
         return None
@@ -125,7 +122,7 @@ def edge_text(run: dict[str, Any], percentile: float) -> str | None:
             "a fragile statistic")
 
 
-def tail_lines(section: dict[str, Any]) -> list[str]:
+def tail_lines(section: TailSection) -> list[str]:
     """One line per measured run for the printed table."""
     lines = []
     for r in section["runs"]:

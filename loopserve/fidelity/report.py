@@ -7,21 +7,23 @@ from __future__ import annotations
 import base64
 import html
 from pathlib import Path
-from typing import Any
 
 import matplotlib.pyplot as plt
 import numpy as np
+from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 from matplotlib.patches import Patch
 
-from loopserve.fidelity_data import WorldRun
-from loopserve.fidelity_tail import edge_text, reading
+from loopserve.fidelity.doc import ErrorStats, FidelityDoc
+from loopserve.fidelity.tail import edge_text, reading
+from loopserve.fidelity.world import WorldRun
 from loopserve.report.plots import png_bytes
 from loopserve.report.timeline import KIND_COLORS, KIND_LABELS, MS, draw_lane
 from loopserve.schema.scenario import Scenario
+from sim.cost.calibrated import CalibratedCost
 
 
-def _lane(ax: Any, run: WorldRun, label: str) -> None:
+def _lane(ax: Axes, run: WorldRun, label: str) -> None:
     rec = run.records
     injected = {q.request_id for q in rec.requests if q.injected}
     draw_lane(ax, ((s.start_s, s.end_s, s.kind) for s in rec.steps),
@@ -67,7 +69,7 @@ def paired_timeline_figure(arm: str, sim: WorldRun, real: WorldRun) -> Figure:
     return fig
 
 
-def scatter_figure(real: list[WorldRun], cost: Any) -> Figure:
+def scatter_figure(real: list[WorldRun], cost: CalibratedCost) -> Figure:
     """Predicted vs measured time of every measured step, by kind of core call."""
     fig, ax = plt.subplots(figsize=(6.5, 5.5), layout="constrained")
     lo, hi = np.inf, 0.0
@@ -102,7 +104,7 @@ def _num(x: float | None) -> str:
     return "-" if x is None else f"{x:.4g}"
 
 
-def _arms_table(result: dict[str, Any]) -> str:
+def _arms_table(result: FidelityDoc) -> str:
     spread = result.get("measured_repeat_spread") or {}
     rows = ["<tr><th>arm</th><th>metric</th><th>sim</th><th>measured</th><th>error</th>"
             "<th>measured spread over repeats</th></tr>"]
@@ -115,11 +117,11 @@ def _arms_table(result: dict[str, Any]) -> str:
     return "<table>" + "".join(rows) + "</table>"
 
 
-def _steps_table(result: dict[str, Any]) -> str:
+def _steps_table(result: FidelityDoc) -> str:
     rows = ["<tr><th>group</th><th>steps</th><th>MAPE</th><th>worst</th><th>median error</th>"
             "<th>predicted total (s)</th><th>measured total (s)</th></tr>"]
     errs = result["step_errors"]
-    groups = [("all steps", errs["all"])]
+    groups: list[tuple[str, ErrorStats]] = [("all steps", errs["all"])]
     groups += [(f"kind {k}", v) for k, v in errs["by_kind"].items()]
     groups += [(f"stage {k}", v) for k, v in errs["by_stage"].items()]
     groups += [("all steps vs thread CPU time", errs["vs_cpu_time"]),
@@ -133,7 +135,7 @@ def _steps_table(result: dict[str, Any]) -> str:
     return "<table>" + "".join(rows) + "</table>"
 
 
-def _tail_table(result: dict[str, Any]) -> str:
+def _tail_table(result: FidelityDoc) -> str:
     sec = result["tail"]
     rows = ["<tr><th>arm</th><th>repeat</th><th>intervals</th><th>measured (ms)</th>"
             "<th>predicted (ms)</th><th>kind: steps, measured / predicted ms, tail ratio "
@@ -158,7 +160,7 @@ def _tail_table(result: dict[str, Any]) -> str:
     return note + "<table>" + "".join(rows) + "</table>"
 
 
-def _batches_html(result: dict[str, Any]) -> str:
+def _batches_html(result: FidelityDoc) -> str:
     b = result["batches"]
     note = ("The workload has timed arrivals, so the schedule may depend on timing; a "
             "divergence shows where." if b["timing_dependent_schedule"] else
@@ -181,8 +183,8 @@ _CSS = ("body{font-family:sans-serif;margin:2em;max-width:1300px}table{border-co
         "font-size:13px}th{background:#f3f3f3}td:first-child{text-align:left}")
 
 
-def write_fidelity_report(path: Path, scn: Scenario, result: dict[str, Any], sim: list[WorldRun],
-                 real: list[WorldRun], cost: Any) -> None:
+def write_fidelity_report(path: Path, scn: Scenario, result: FidelityDoc, sim: list[WorldRun],
+                 real: list[WorldRun], cost: CalibratedCost) -> None:
     """Render the self-contained report."""
     prof = result["profile"]
     ref = result["reference_point_id"]

@@ -14,33 +14,35 @@ median (``arms``) and as the fastest repeat (``vs_fastest_repeat``): a shared ma
 neighbours only ever add time. ``targets`` gives the verdict and ``drift`` the evidence;
 ``machine`` holds the reference probes timed before and after the runs against the profile's;
 ``tail`` splits the slowest 1% of token intervals of each measured run by step kind
-(``loopserve.fidelity_tail``), which tells a cost term from machine noise in ITL p99.
-
-Per-step error: each measured batch is predicted with ``CalibratedCost.execute_time`` and
-compared with its measured ``execute`` time, rel_error = (predicted - measured) / measured.
+(``loopserve.fidelity.tail``), which tells a cost term from machine noise in ITL p99.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import sys
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
 
+from loopserve.calibrate.allocator import steady_allocator
 from loopserve.errors import UserError
-from loopserve.fidelity_drift import drift_lines
-from loopserve.fidelity_tail import tail_lines
-from loopserve.fidelity_targets import target_lines
+from loopserve.fidelity.compare import compare
+from loopserve.fidelity.doc import FidelityDoc, MetricError
+from loopserve.fidelity.drift import drift_lines
+from loopserve.fidelity.report import write_fidelity_report
+from loopserve.fidelity.tail import tail_lines
+from loopserve.fidelity.targets import target_lines
+from loopserve.fidelity.world import WorldRun, run_sim
+from loopserve.outputs import env_info, files
+from loopserve.runs.plan import plan_runs
+from loopserve.schema import load_scenario
+from loopserve.schema.scenario import Scenario
+from loopserve.targets.base import check_real
+from sim.cost.calibrated import CalibratedCost, Profile, load_profile
+from sim.cost.resolve import model_label
 
-if TYPE_CHECKING:
-    from loopserve.fidelity_data import WorldRun
-    from loopserve.schema.scenario import Scenario
-    from sim.cost.calibrated import Profile
 
-
-def add_parser(sub: Any) -> None:
+def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Register the ``fidelity`` subcommand on the CLI's subparsers."""
     p = sub.add_parser("fidelity", help="simulated (calibrated) vs measured on the real target")
     p.add_argument("scenario", help="scenario YAML file")
@@ -53,17 +55,18 @@ def add_parser(sub: Any) -> None:
     p.set_defaults(handler=main)
 
 
+def _fix(scn: Scenario, target: str) -> str:
+    return f"run `loopserve calibrate --target {target} --model {scn.model}`"
+
+
 def check_profile(path: str, scn: Scenario, target: str) -> Profile:
     """Load ``path`` and check it fits the scenario and target; UserError naming --profile."""
-    from sim.cost.calibrated import load_profile
-    from sim.cost.resolve import model_label
-
     try:
         prof = load_profile(path)
     except ValueError as err:
         raise UserError("--profile", str(err).removeprefix("cost.profile: ")) from None
     model = model_label(scn.model)
-    fix = f"run `loopserve calibrate --target {target} --model {scn.model}`"
+    fix = _fix(scn, target)
     if prof.model != model:
         raise UserError("--profile", f"{path} was measured for model {prof.model!r} but scenario "
                         f"{scn.name!r} uses {model!r}; {fix} or pass that model's profile")
@@ -74,33 +77,25 @@ def check_profile(path: str, scn: Scenario, target: str) -> Profile:
     if (target == "cpu") != (prof.hardware == "cpu"):
         raise UserError("--profile", f"{path} was measured on {prof.hardware!r}, not on the "
                         f"--target {target} device; {fix}")
-    if target == "cuda":
-        import torch
-
-        if torch.cuda.is_available():
-            from loopserve.calibrate.job import hardware_name
-
-            here = hardware_name(torch.device("cuda"))
-            if here != prof.hardware:
-                raise UserError("--profile", f"{path} was measured on {prof.hardware!r} but "
-                                f"this GPU is {here!r}; {fix}")
     return prof
 
 
 def main(args: argparse.Namespace, argv: list[str]) -> int:
     """Plan both worlds, run them, compare, write; UserError on bad input (exit 2)."""
-    from loopserve.fidelity_data import compare, run_real, run_sim
-    from loopserve.fidelity_report import write_fidelity_report
-    from loopserve.outputs import env_info, files
-    from loopserve.outputs.files import run_destination
-    from loopserve.runs.plan import plan_runs
-    from loopserve.schema import load_scenario
-
     started = time.time()
     if args.target not in ("cpu", "cuda"):
         raise UserError("--target", f"unknown target {args.target!r}; use cpu or cuda")
     scn = load_scenario(args.scenario, args.sets)
     prof = check_profile(args.profile, scn, args.target)
+    check_real(args.target)
+    # Lazy: the measured world loads torch, which only a fidelity run (not the CLI) needs.
+    from loopserve.calibrate.job import gpu_hardware
+    from loopserve.fidelity.measured import run_real
+
+    here = gpu_hardware() if args.target == "cuda" else None
+    if here is not None and here != prof.hardware:
+        raise UserError("--profile", f"{args.profile} was measured on {prof.hardware!r} but "
+                        f"this GPU is {here!r}; {_fix(scn, args.target)}")
     profile_abs = str(Path(args.profile).resolve())
     sets = [*args.sets, "cost=" + json.dumps({"kind": "calibrated", "profile": profile_abs})]
     if args.target == "cpu" and prof.provenance.num_threads:
@@ -109,18 +104,17 @@ def main(args: argparse.Namespace, argv: list[str]) -> int:
     cal = load_scenario(args.scenario, sets)
     sim_plan = plan_runs(cal, "sim")
     real_plan = plan_runs(cal, args.target)
-    from loopserve.calibrate.allocator import steady_allocator
-
     allocator = steady_allocator()  # as at calibration (see loopserve.calibrate.allocator)
-    dest = run_destination(args.out, Path("results") / scn.name, f"fidelity-{args.target}")
+    dest = files.run_destination(args.out, Path("results") / scn.name,
+                                 f"fidelity-{args.target}")
     progress = not args.no_progress
     # The measured world first, in a process not yet holding the simulator's records.
     real_world = run_real(real_plan, prof, progress=progress)
     sim_runs = run_sim(sim_plan, progress=progress)
     real_runs = real_world.runs
     cost = next(iter(sim_plan.costs.values()))
-    result = compare(sim_plan, sim_runs, real_world, cost, prof)
-    result["allocator"] = {"measured": allocator, "calibration": prof.provenance.allocator}
+    assert isinstance(cost, CalibratedCost)  # the plan's cost is the profile's
+    result = compare(sim_plan, sim_runs, real_world, cost, prof, allocator)
     with files.staged_dir(dest) as tmp:
         files.write_json(tmp / "fidelity.json", result)
         files.write_scenario(tmp / "scenario.yaml", cal)
@@ -138,9 +132,7 @@ def main(args: argparse.Namespace, argv: list[str]) -> int:
 
 
 def _write_steps(path: Path, sim_runs: list[WorldRun], real_runs: list[WorldRun],
-                 cost: Any) -> None:
-    from loopserve.outputs.files import write_csv
-
+                 cost: CalibratedCost) -> None:
     cols = ("world", "arm", "point_id", "repeat", "step", "start_s", "end_s", "kind",
             "core_calls", "num_decode_items", "num_prompt_tokens", "predicted_s", "cpu_s")
     rows = []
@@ -151,17 +143,18 @@ def _write_steps(path: Path, sim_runs: list[WorldRun], real_runs: list[WorldRun]
                 rows.append((world, r.spec.arm, r.spec.point_id, r.spec.repeat, s.step,
                              s.start_s, s.end_s, s.kind, s.core_calls, s.num_decode_items,
                              s.num_prompt_tokens, pred, cpu))
-    write_csv(path, cols, rows)
+    files.write_csv(path, cols, rows)
 
 
-def _table(result: dict[str, Any]) -> str:
+def _table(result: FidelityDoc) -> str:
     fastest = result.get("vs_fastest_repeat") or {}
     head = f"{'arm':<10} {'metric':<13} {'sim':>10} {'measured':>10} {'error':>8}"
     if fastest:
         head += f" {'fastest':>10} {'error':>8}"
     lines = [head, "-" * len(head)]
 
-    def cells(v: dict[str, Any]) -> str:
+    def cells(v: MetricError | int) -> str:
+        assert not isinstance(v, int)  # a metric's errors, never the repeat
         err = f"{100 * v['rel_error']:+.1f}%" if v["rel_error"] is not None else "-"
         meas = f"{v['measured']:.4g}" if v["measured"] is not None else "-"
         return f"{meas:>10} {err:>8}"
@@ -173,8 +166,9 @@ def _table(result: dict[str, Any]) -> str:
             if arm in fastest:
                 line += f" {cells(fastest[arm][name])}"
             lines.append(line)
-    lines.append(f"per-step MAPE {100 * result['step_mape']:.2f}% (worst "
-                 f"{100 * result['step_max_error']:.1f}%); same batches: "
+    mape, worst = result["step_mape"], result["step_max_error"]
+    lines.append(f"per-step MAPE {'-' if mape is None else f'{100 * mape:.2f}%'} (worst "
+                 f"{'-' if worst is None else f'{100 * worst:.1f}%'}); same batches: "
                  f"{result['same_batches']}")
     slow = result["machine"]["slowdown_vs_calibration"]
     if slow:
@@ -185,6 +179,3 @@ def _table(result: dict[str, Any]) -> str:
     lines.extend(target_lines(result["targets"]))
     return "\n".join(lines)
 
-
-if __name__ == "__main__":  # pragma: no cover
-    sys.exit("use: loopserve fidelity ...")

@@ -12,7 +12,16 @@ about the model.
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Mapping
+
+from loopserve.fidelity.doc import (
+    ArmErrors,
+    DriftSection,
+    FastestErrors,
+    Machine,
+    TargetsSection,
+    Verdicts,
+)
 
 LIMITS: dict[str, float] = {"itl_p50_ms": 0.10, "ttft_p50_ms": 0.10, "itl_p99_ms": 0.15}
 MAX_DRIFT_RANGE = 1.15
@@ -20,32 +29,34 @@ MAX_PROBE_SHIFT = 0.15
 MAX_CALIBRATION_SHIFT = 0.10  # probes now vs at calibration (the profile's own speed)
 
 
-def _check(arms: dict[str, Any]) -> dict[str, dict[str, bool | None]]:
-    per_arm: dict[str, dict[str, bool | None]] = {}
+def _check(arms: Mapping[str, ArmErrors | FastestErrors]) -> Verdicts:
+    per_arm: Verdicts = {}
     for arm, metrics in arms.items():
         per_arm[arm] = {}
         for name, limit in LIMITS.items():
-            err = metrics.get(name, {}).get("rel_error")
+            row = metrics.get(name)
+            err = row.get("rel_error") if isinstance(row, dict) else None
             per_arm[arm][name] = None if err is None else abs(err) <= limit
     return per_arm
 
 
-def _all(per_arm: dict[str, dict[str, bool | None]]) -> bool:
+def _all(per_arm: Verdicts) -> bool:
     return all(v is True for row in per_arm.values() for v in row.values())
 
 
 def targets(
-    arms: dict[str, Any], drift: dict[str, Any], machine: dict[str, Any],
-    vs_fastest: dict[str, Any] | None = None,
-) -> dict[str, Any]:
+    arms: dict[str, ArmErrors], drift: DriftSection, machine: Machine,
+    vs_fastest: dict[str, FastestErrors] | None = None,
+) -> TargetsSection:
     """The ``targets`` section of fidelity.json: checked against the median of the measured
     repeats (``arms``) and, with several repeats, against the fastest one."""
     per_arm = _check(arms)
     fastest = _check(vs_fastest) if vs_fastest else None
     unsteady = [
-        f"{r['arm']} r{r['repeat']}: decode steps ran x{min(r['ratio_by_tenth']):.2f}.."
-        f"x{max(r['ratio_by_tenth']):.2f} their prediction"
-        for r in drift["runs"] if r["range"] is not None and r["range"] > MAX_DRIFT_RANGE
+        f"{r['arm']} r{r['repeat']}: decode steps ran x{min(tenths):.2f}.."
+        f"x{max(tenths):.2f} their prediction"
+        for r in drift["runs"] if (tenths := r["ratio_by_tenth"]) is not None
+        and r["range"] is not None and r["range"] > MAX_DRIFT_RANGE
     ]
     before, after = machine.get("probe_s_before") or {}, machine.get("probe_s_after") or {}
     unsteady += [
@@ -69,20 +80,19 @@ def targets(
     }
 
 
-def _verdict(per_arm: dict[str, dict[str, bool | None]]) -> str:
+def _verdict(per_arm: Verdicts) -> str:
     met = [a for a, row in per_arm.items() if all(v is True for v in row.values())]
     missed = [a for a in per_arm if a not in met]
     return f"met in {', '.join(met) or 'no arm'}" + (
         f"; missed in {', '.join(missed)}" if missed else "")
 
 
-def target_lines(section: dict[str, Any]) -> list[str]:
+def target_lines(section: TargetsSection) -> list[str]:
     """Lines for the printed table."""
     lines = ["targets (ITL p50 and TTFT p50 within 10%, ITL p99 within 15%) vs the median "
              f"measured run: {_verdict(section['arms'])}"]
-    if section.get("arms_vs_fastest_repeat"):
-        lines.append("  vs the fastest measured repeat: "
-                     f"{_verdict(section['arms_vs_fastest_repeat'])}")
+    if fastest := section.get("arms_vs_fastest_repeat"):
+        lines.append(f"  vs the fastest measured repeat: {_verdict(fastest)}")
     lines.append("machine steady: " + ("yes" if section["machine_steady"] else
                                        "no (" + "; ".join(section["unsteady"]) + ")"))
     return lines

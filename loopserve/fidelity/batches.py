@@ -3,16 +3,13 @@ they must agree wherever the schedule does not depend on timing."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
-
-from engine.core.records import batch_signature
+from engine.core.records import BatchSignature, batch_signature
+from loopserve.fidelity.doc import BatchesSection, BatchRun
+from loopserve.fidelity.world import WorldRun
 from loopserve.runs.plan import Plan, run_source
 
-if TYPE_CHECKING:
-    from loopserve.fidelity_data import WorldRun
 
-
-def describe_batch(sig: Any) -> str:
+def describe_batch(sig: BatchSignature) -> str:
     """One line for a batch signature: stage and (request, kind, position, rows, depth)."""
     stage, items = sig
     parts = [f"{rid}:{kind[0]}@{pos}+{n}d{depth}" + (f"x{nd}" if nd != 1 else "")
@@ -20,7 +17,7 @@ def describe_batch(sig: Any) -> str:
     return f"{stage} [{', '.join(parts)}]"
 
 
-def batch_comparison(plan: Plan, sim: list[WorldRun], real: list[WorldRun]) -> dict[str, Any]:
+def batch_comparison(plan: Plan, sim: list[WorldRun], real: list[WorldRun]) -> BatchesSection:
     """Per run pair, whether the sequences agree and where they first diverge."""
     runs = []
     for s, r in zip(sim, real, strict=True):
@@ -28,7 +25,7 @@ def batch_comparison(plan: Plan, sim: list[WorldRun], real: list[WorldRun]) -> d
         b = [batch_signature(x) for x in r.batches]
         first = next((i for i, (x, y) in enumerate(zip(a, b, strict=False)) if x != y),
                      None if len(a) == len(b) else min(len(a), len(b)))
-        item: dict[str, Any] = {"arm": s.spec.arm, "point_id": s.spec.point_id,
+        item: BatchRun = {"arm": s.spec.arm, "point_id": s.spec.point_id,
                                 "repeat": s.spec.repeat, "same": first is None,
                                 "num_sim": len(a), "num_measured": len(b),
                                 "first_divergence": first}

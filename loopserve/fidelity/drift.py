@@ -9,21 +9,19 @@ neighbours), which no cost model of the step can predict.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
-
 import numpy as np
 
-if TYPE_CHECKING:
-    from loopserve.fidelity_data import WorldRun
-    from sim.cost.calibrated import CalibratedCost
+from loopserve.fidelity.doc import DriftRun, DriftSection
+from loopserve.fidelity.world import WorldRun
+from sim.cost.calibrated import CalibratedCost
 
 NUM_PARTS = 10
 KIND = "decode"
 
 
-def drift(real: list[WorldRun], cost: CalibratedCost) -> dict[str, Any]:
+def drift(real: list[WorldRun], cost: CalibratedCost) -> DriftSection:
     """The ``drift`` section of fidelity.json: per measured run, the ratio by tenth."""
-    runs = []
+    runs: list[DriftRun] = []
     for r in real:
         ratios = [x for s, x in zip(r.records.steps, r.ratios(cost), strict=True)
                   if s.kind == KIND and x == x]
@@ -37,7 +35,7 @@ def drift(real: list[WorldRun], cost: CalibratedCost) -> dict[str, Any]:
     return {"kind": KIND, "measure": "measured / predicted execute time", "runs": runs}
 
 
-def drift_lines(section: dict[str, Any]) -> list[str]:
+def drift_lines(section: DriftSection) -> list[str]:
     """One line per measured run for the printed table."""
     lines = []
     for r in section["runs"]:

@@ -1,0 +1,86 @@
+"""The runs of a fidelity comparison, one per world: ``WorldRun`` (records, the executed
+batches in order, metrics), the measured world (``RealWorld``, filled by
+``loopserve.fidelity.measured``) and the simulated one (``run_sim``).
+
+The simulator runs each planned run with the calibrated cost, the batches captured as the
+cost model sees them; the real target runs the same specs through ``run_realtime`` with a
+``RecordingRunner`` (each executed batch, its wall and thread-CPU time). Sim and real share
+configs, workload sources and seeds, so their batch sequences must agree wherever the
+schedule does not depend on timing.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from engine.core.batch import Batch
+from engine.core.records import RunRecords
+from loopserve.runs.loop import each_run, sim_target
+from loopserve.runs.metrics import Metrics, summarize
+from loopserve.runs.plan import Plan, run_source
+from loopserve.runs.sweep import SweepPoint
+from loopserve.targets.base import RunSpec
+from sim.cost.base import CostModel
+from sim.cost.calibrated import CalibratedCost
+
+
+@dataclass
+class WorldRun:
+    """One run in one world: records, the executed batches in order, metrics."""
+
+    spec: RunSpec
+    records: RunRecords
+    batches: list[Batch]
+    metrics: Metrics
+    cpu_s: list[float] = field(default_factory=list)  # real world: thread CPU per execute
+    predicted_s: list[float] = field(default_factory=list)  # real world: see ``predict``
+
+    def predict(self, cost: CalibratedCost) -> list[float]:
+        """The profile's execute time of each step, each priced after the step before it
+        (computed once; the comparison, the drift rows, the report and steps.csv share it)."""
+        if not self.predicted_s:
+            self.predicted_s = [cost.execute_time(b, self.batches[i - 1] if i else None)
+                                for i, b in enumerate(self.batches)]
+        return self.predicted_s
+
+    def ratios(self, cost: CalibratedCost) -> list[float]:
+        """Measured / predicted execute time of each step (nan where nothing is predicted)."""
+        return [(s.end_s - s.start_s) / p if p > 0 else float("nan")
+                for s, p in zip(self.records.steps, self.predict(cost), strict=True)]
+
+
+@dataclass
+class RealWorld:
+    """The measured runs plus the reference probes timed just before and after them."""
+
+    runs: list[WorldRun]
+    probes_before: dict[str, float]
+    probes_after: dict[str, float]
+
+
+class _Capture:
+    """A cost model that records every batch it prices (one call per simulated step)."""
+
+    def __init__(self, cost: CostModel) -> None:
+        self.cost = cost
+        self.batches: list[Batch] = []
+
+    def step_time(self, batch: Batch, prev: Batch | None = None) -> float:
+        self.batches.append(batch)
+        return float(self.cost.step_time(batch, prev))
+
+    def breakdown(self, batch: Batch) -> dict[str, float]:
+        return dict(self.cost.breakdown(batch))
+
+
+def run_sim(plan: Plan, *, progress: bool = True) -> list[WorldRun]:
+    """Every planned run in the simulator (calibrated cost), batches captured."""
+    target = sim_target(plan)
+
+    def one(point: SweepPoint, spec: RunSpec) -> WorldRun:
+        capture = _Capture(plan.costs[spec.point_id])
+        records = target.simulate(spec, run_source(point.scenario, spec.seed, plan.shape),
+                                  capture)
+        return WorldRun(spec, records, capture.batches, summarize(records, plan.shape.num_depths))
+
+    return each_run(plan, one, progress=progress, world="sim")
