@@ -1,6 +1,7 @@
 """One calibration: build the model, measure shapes and host gaps, fit, make the profile.
 
-Torch is imported here; the CLI (``loopserve calibrate``) validates flags and writes files.
+Torch is imported here; the CLI (``loopserve.commands.calibrate``) validates flags and
+writes files.
 """
 
 from __future__ import annotations
@@ -10,7 +11,7 @@ import os
 import platform
 import re
 import time
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from pathlib import Path
 
 import torch
@@ -32,12 +33,12 @@ from loopserve.calibrate.measure import (
     probe_shapes,
     time_probes,
 )
+from loopserve.calibrate.result import CalibrationResult
 from loopserve.outputs.env_info import commit_label
 from sim.cost.calibrated import PROFILE_FORMAT, Profile, Provenance
 from sim.cost.features import STAGE_KINDS, batch_features
 from sim.cost.fit import (
     Sample,
-    StageResult,
     fit_profile_stages,
     fit_stage,
     pooled_held_out,
@@ -45,30 +46,8 @@ from sim.cost.fit import (
 from sim.cost.resolve import model_label
 from sim.cost.shape_grid import QUICK, GridSpec, shape_grid
 
-_REPO = Path(__file__).resolve().parents[2]
 # Share of the time budget for the forced shapes; the rest goes to the host-gap runs.
 _SHAPES_SHARE = 0.8
-
-
-@dataclass
-class CalibrationResult:
-    """The profile plus everything behind it, for reports and the steps CSV."""
-
-    profile: Profile
-    stages: dict[str, StageResult]
-    gap: StageResult | None
-    samples: list[Sample] = field(default_factory=list)
-    gap_samples: list[Sample] = field(default_factory=list)
-    in_situ: list[Sample] = field(default_factory=list)
-    seconds: float = 0.0
-
-    def predict(self, sample: Sample) -> float | None:
-        """The profile's prediction for a sample (None for a kind it has no model of)."""
-        if sample.kind == "step_gap":
-            fit = self.profile.step_gap
-        else:
-            fit = self.profile.stages.get(sample.kind)  # type: ignore[call-overload]
-        return None if fit is None else fit.predict(sample.features)
 
 
 def hardware_name(device: torch.device) -> str:

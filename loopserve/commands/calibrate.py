@@ -13,21 +13,32 @@ those three files there instead; ``--out DIR`` writes ``DIR/<hardware>-<model>.j
 from __future__ import annotations
 
 import argparse
+import csv
+import io
+import json
 import time
 from collections.abc import Iterable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TypeVar
 
+import numpy as np
+
+from loopserve.calibrate.allocator import steady_allocator
+from loopserve.calibrate.result import CalibrationResult
 from loopserve.errors import UserError
-
-if TYPE_CHECKING:
-    from loopserve.calibrate.job import CalibrationResult
+from loopserve.outputs import env_info
+from loopserve.outputs.files import atomic_write, staged_dir, write_json
+from loopserve.targets.base import check_real
+from sim.cost.calibrated import profile_json
+from sim.cost.features import FEATURE_NAMES
+from sim.cost.fit import Sample
+from sim.cost.resolve import PROFILES_DIR
 
 DEFAULT_MAX_SECONDS = 60.0
 DEFAULT_REPEATS = 5
 
 
-def add_parser(sub: Any) -> None:
+def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Register the ``calibrate`` subcommand on the CLI's subparsers."""
     p = sub.add_parser("calibrate", help="fit a calibrated cost profile on the real runner")
     p.add_argument("--target", required=True, help="cpu | cuda")
@@ -50,7 +61,10 @@ def add_parser(sub: Any) -> None:
     p.set_defaults(handler=main)
 
 
-def _number(flag: str, text: str, kind: type, low: float, fix: str) -> Any:
+N = TypeVar("N", int, float)
+
+
+def _number(flag: str, text: str, kind: type[N], low: float, fix: str) -> N:
     try:
         value = kind(text)
     except ValueError:
@@ -62,8 +76,6 @@ def _number(flag: str, text: str, kind: type, low: float, fix: str) -> Any:
 
 def main(args: argparse.Namespace, argv: list[str]) -> int:
     """Validate flags, measure, fit, write; UserError on bad input (exit 2 by the CLI)."""
-    from loopserve.targets.base import check_real
-
     started = time.time()
     if args.target not in ("cpu", "cuda"):
         raise UserError("--target", f"unknown target {args.target!r}; use cpu or cuda")
@@ -80,11 +92,14 @@ def main(args: argparse.Namespace, argv: list[str]) -> int:
     if out is not None and out.suffix == ".json" and out.is_dir():
         raise UserError("--out", f"{out} is a folder; name a .json file or a new folder")
     check_real(args.target)
-    _check_backend(args.attention_backend)
-
-    from loopserve.calibrate.allocator import steady_allocator
+    # Lazy: the backends and the calibration load torch, which only this command needs.
+    from kernels.attention import get_backend
     from loopserve.calibrate.job import calibrate
 
+    try:
+        get_backend(args.attention_backend)
+    except ValueError as err:
+        raise UserError("--attention-backend", str(err).split(": ", 1)[-1]) from None
     allocator = steady_allocator()  # before any tensor: the real loop runs the same way
     try:
         result = calibrate(target=args.target, model=args.model, repeats=repeats,
@@ -100,27 +115,13 @@ def main(args: argparse.Namespace, argv: list[str]) -> int:
     return 0
 
 
-def _check_backend(name: str) -> None:
-    from kernels.attention import get_backend
-
-    try:
-        get_backend(name)
-    except ValueError as err:
-        raise UserError("--attention-backend", str(err).split(": ", 1)[-1]) from None
-
-
 # ---- output ----------------------------------------------------------------------------------
 def _csv_text(result: CalibrationResult) -> str:
-    import csv
-    import io
-
-    from sim.cost.features import FEATURE_NAMES
-
     buf = io.StringIO()
     w = csv.writer(buf, lineterminator="\n")
     w.writerow(["source", "kind", "label", "held_out", "measured_s", "predicted_s", "rel_error",
                 *FEATURE_NAMES])
-    groups: Iterable[tuple[str, list[Any]]] = (
+    groups: Iterable[tuple[str, list[Sample]]] = (
         ("shape", result.samples), ("host_gap", result.gap_samples),
         ("in_situ", result.in_situ))
     for source, samples in groups:
@@ -136,11 +137,6 @@ def _csv_text(result: CalibrationResult) -> str:
 def write_outputs(result: CalibrationResult, out: Path | None, *, argv: list[str],
                   started_s: float) -> Path:
     """Write profile, env.json and steps CSV; returns the profile's path."""
-    from loopserve.outputs import env_info
-    from loopserve.outputs.files import atomic_write, staged_dir, write_json
-    from sim.cost.calibrated import profile_json
-    from sim.cost.resolve import PROFILES_DIR
-
     prof = result.profile
     stem = f"{prof.hardware}-{prof.model}"
     env = env_info.collect(target="cuda" if prof.hardware != "cpu" else "cpu",
@@ -156,8 +152,6 @@ def write_outputs(result: CalibrationResult, out: Path | None, *, argv: list[str
             (tmp / f"{stem}.json").write_text(profile_text)
         return out / f"{stem}.json"
     path = out if out is not None else PROFILES_DIR / f"{stem}.json"
-    import json
-
     atomic_write(path.with_suffix(".env.json"), json.dumps(env, indent=2) + "\n")
     atomic_write(path.with_suffix(".steps.csv"), _csv_text(result))
     atomic_write(path, profile_text)  # last: its presence means the set is complete
@@ -166,8 +160,6 @@ def write_outputs(result: CalibrationResult, out: Path | None, *, argv: list[str
 
 def summary(result: CalibrationResult) -> str:
     """Per-stage table: chosen features, CV and held-out errors, in-situ error."""
-    import numpy as np
-
     lines = [f"{'stage':<19} {'fit':>4} {'held':>4} {'cv MAPE':>8} {'held-out MAPE':>14} "
              f"{'worst':>7} {'in-situ':>8}  model"]
     for kind, r in [*result.stages.items(),
@@ -182,9 +174,9 @@ def summary(result: CalibrationResult) -> str:
         st = f"{100 * float(np.median(situ)):.1f}%" if situ else "-"
         lines.append(f"{kind:<19} {r.num_fit:>4} {r.num_held_out:>4} {100 * r.cv_mape:>7.1f}% "
                      f"{ho:>14} {worst:>7} {st:>8}  {r.fit.intercept_s * 1e3:.3f} ms + {feats}")
-    p = result.profile.provenance
-    if p.held_out_mape is not None:
-        lines.append(f"held-out MAPE over all stages: {100 * p.held_out_mape:.2f}% "
-                     f"(worst {100 * (p.held_out_max_error or 0):.1f}%); in-situ = median "
+    prov = result.profile.provenance
+    if prov.held_out_mape is not None:
+        lines.append(f"held-out MAPE over all stages: {100 * prov.held_out_mape:.2f}% "
+                     f"(worst {100 * (prov.held_out_max_error or 0):.1f}%); in-situ = median "
                      "error on steps of short real runs")
     return "\n".join(lines)

@@ -1,0 +1,30 @@
+"""What one calibration produced (``loopserve.calibrate.job``): the profile and everything
+behind it. No torch, so the command that writes it can name the type at import."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from sim.cost.calibrated import Profile
+from sim.cost.fit import Sample, StageResult
+
+
+@dataclass
+class CalibrationResult:
+    """The profile plus everything behind it, for reports and the steps CSV."""
+
+    profile: Profile
+    stages: dict[str, StageResult]
+    gap: StageResult | None
+    samples: list[Sample] = field(default_factory=list)
+    gap_samples: list[Sample] = field(default_factory=list)
+    in_situ: list[Sample] = field(default_factory=list)
+    seconds: float = 0.0
+
+    def predict(self, sample: Sample) -> float | None:
+        """The profile's prediction for a sample (None for a kind it has no model of)."""
+        if sample.kind == "step_gap":
+            fit = self.profile.step_gap
+        else:
+            fit = self.profile.stages.get(sample.kind)  # type: ignore[call-overload]
+        return None if fit is None else fit.predict(sample.features)

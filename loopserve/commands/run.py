@@ -1,0 +1,96 @@
+"""``loopserve run`` and ``loopserve sweep``: plan a scenario, execute every run, write the run
+folder (DESIGN.md §11) and print the per-arm medians.
+
+Runs finish in memory before the output folder is staged and renamed, so bad input or an
+interrupted run leaves nothing behind.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+from loopserve.errors import UserError
+from loopserve.outputs import env_info, files, records
+from loopserve.outputs.rundata import load_run
+from loopserve.outputs.trace import write_trace
+from loopserve.report.compare import metric
+from loopserve.report.page import write_run_report
+from loopserve.runs.loop import RunResult, execute
+from loopserve.runs.plan import TARGETS, Plan, plan_runs
+from loopserve.runs.summary import build_summary
+from loopserve.schema import load_scenario
+
+RESULTS_ROOT = Path("results")
+
+
+def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """Register ``run`` and ``sweep`` (the same command; sweep requires a sweep section)."""
+    for name, help_text in (
+        ("run", "run a scenario (all arms, sweep points and repeats)"),
+        ("sweep", "like run, for a scenario that has a sweep or variants section"),
+    ):
+        r = sub.add_parser(name, help=help_text)
+        r.add_argument("scenario", help="scenario YAML file")
+        r.add_argument("--target", default="sim", choices=TARGETS,
+                       help="simulator (default) or the real engine on cpu / cuda")
+        r.add_argument("--out", help="run folder to write (default results/<name>/<run-id>)")
+        r.add_argument("--set", dest="sets", action="append", default=[], metavar="KEY=VALUE",
+                       help="override a dotted field, value parsed as YAML (repeatable)")
+        r.add_argument("--no-progress", action="store_true", help="hide the progress bar")
+        r.set_defaults(handler=main, require_sweep=name == "sweep")
+
+
+def main(args: argparse.Namespace, argv: list[str]) -> int:
+    """Plan, execute, write; UserError on bad input (exit 2 by the CLI)."""
+    started = time.time()
+    scn = load_scenario(args.scenario, args.sets)
+    if args.require_sweep and not scn.is_sweep:
+        raise UserError("sweep", "missing; `loopserve sweep` needs a sweep or variants section "
+                        "(or use `loopserve run`)")
+    plan = plan_runs(scn, args.target)
+    dest = files.run_destination(args.out, RESULTS_ROOT / scn.name, args.target)
+    results = execute(plan, progress=not args.no_progress)
+    report = write_run(dest, plan, results, argv=argv, started_s=started)
+    print(medians_table(dest, plan.reference_point_id, len(plan.points)))
+    print(f"report: {report}")
+    return 0
+
+
+def write_run(dest: Path, plan: Plan, runs: Sequence[RunResult], *, argv: list[str],
+              started_s: float) -> Path:
+    """Write every output file into a staging folder, render the report, rename to dest."""
+    scn = plan.scenario
+    with files.staged_dir(dest) as tmp:
+        files.write_scenario(tmp / "scenario.yaml", scn)
+        records.write_records(tmp, runs)
+        files.write_json(tmp / "summary.json", build_summary(plan, runs))
+        write_trace(tmp / "trace.json", runs, scn.arms, {plan.reference_point_id})
+        timing = [{"arm": r.spec.arm, "point_id": r.spec.point_id, "repeat": r.spec.repeat,
+                   "wall_s": round(r.records.wall_s, 6)} for r in runs]
+        files.write_json(tmp / "env.json", env_info.collect(
+            target=plan.target, hardware=scn.hardware, run_id=dest.name, argv=argv,
+            started_s=started_s, run_wall_s=timing))
+        write_run_report([load_run(tmp, label=dest.name)], tmp, write_pngs=True)
+    return dest / "report.html"
+
+
+def medians_table(run_dir: Path, point_id: int, num_points: int) -> str:
+    """The short per-arm table printed at the end of a run."""
+    run = load_run(run_dir)
+    head = f"{'arm':<10} {'ITL p50':>9} {'ITL p99':>9} {'TTFT p50':>10} {'TTFT p99':>10} " \
+           f"{'out tok/s':>10}  validity"
+    lines = [head, "-" * len(head)]
+    for m in run.medians(point_id):
+        vals = [metric(m, "itl_ms", "p50"), metric(m, "itl_ms", "p99"),
+                metric(m, "ttft_ms", "p50"), metric(m, "ttft_ms", "p99"),
+                metric(m, "output_tok_s", None)]
+        cells = [f"{v:>{w}.4g}" if v is not None else f"{'-':>{w}}"
+                 for v, w in zip(vals, (9, 9, 10, 10, 10), strict=True)]
+        valid = "valid" if m["valid"] else f"INVALID ({m['num_valid']}/{m['num_repeats']} valid)"
+        lines.append(f"{m['arm']:<10} {' '.join(cells)}  {valid}")
+    where = f"point {point_id} of {num_points}: " + (
+        ", ".join(f"{k}={v}" for k, v in run.point_values(point_id).items()) or "base")
+    return f"medians over repeats (ms; {where})\n" + "\n".join(lines)
