@@ -15,6 +15,8 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
+from engine.core import _native
+
 _PACKAGES = ("loopserve", "numpy", "pandas", "pydantic", "simpy", "matplotlib", "pyyaml", "tqdm")
 _REPO = Path(__file__).resolve().parents[2]
 
@@ -59,8 +61,6 @@ def commit_label(recorded: Path | None = _REPO / ".whl" / "COMMIT") -> str:
 
 def native_build() -> dict[str, Any]:
     """Whether engine.core and the simulator's step code ran from the mypyc build."""
-    from engine.core import _native
-
     return {"active": _native.active(), "reason": _native.reason() or "mypyc build in use"}
 
 
@@ -72,8 +72,7 @@ def device_info(target: str, hardware: str) -> dict[str, Any]:
     info["cpu"] = platform.processor() or platform.machine()
     info["num_cpus"] = os.cpu_count()
     if target == "cuda" and "torch" in sys.modules:
-        import torch
-
+        torch = sys.modules["torch"]  # the run loaded it; never loaded here (it is heavy)
         if torch.cuda.is_available():
             info["gpu"] = torch.cuda.get_device_name(0)
             info["cuda"] = torch.version.cuda

@@ -15,6 +15,7 @@ from typing import Any
 from engine.core.config import CacheConfig, EngineConfig, ExitConfig, ModelShape, SchedulerConfig
 from loopserve.errors import UserError
 from loopserve.schema.scenario import Scenario
+from sim.shapes import MODEL_SHAPES
 
 # HF config.json keys -> ModelShape fields (Ouro names; head_dim derived when absent).
 _HF_KEYS = {
@@ -28,8 +29,6 @@ _HF_KEYS = {
 
 def model_shape(model: str) -> ModelShape:
     """The shape of a preset name or of an HF checkpoint directory's ``config.json``."""
-    from sim.shapes import MODEL_SHAPES
-
     if model in MODEL_SHAPES:
         return MODEL_SHAPES[model]
     path = Path(model) / "config.json"

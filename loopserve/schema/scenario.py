@@ -17,6 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field, create_model, field_validator
 
 from engine.core.config import ExitMode, SchedulerConfig, resolve_arm
 from loopserve.workloads import WorkloadSpec
+from sim.shapes import MODEL_SHAPES
 
 Scalar = bool | int | float | str
 SIGNAL_EXIT_MODES = ("ouro", "ouro_delayed", "random_lookahead")
@@ -184,8 +185,6 @@ class Scenario(StrictModel):
     @field_validator("model")
     @classmethod
     def _model(cls, v: str) -> str:
-        from sim.shapes import MODEL_SHAPES
-
         if v in MODEL_SHAPES or (Path(v) / "config.json").is_file():
             return v
         raise ValueError(
