@@ -46,10 +46,10 @@ bench: native
 # DEVICE=cpu: the dry run in the venv, tiny model, seconds.
 DEVICE ?= cuda
 gpu-check: $(if $(filter cpu,$(DEVICE)),$(STAMP))
-	PYTHONUNBUFFERED=1 $(if $(filter cpu,$(DEVICE)),$(BIN)/python,python3) -m tools.gpu_check --device $(DEVICE)
+	PYTHONUNBUFFERED=1 $(if $(filter cpu,$(DEVICE)),$(BIN)/python,python3) -m tools.gpu --device $(DEVICE)
 
 gpu-wheels: $(STAMP)
-	$(BIN)/python -m tools.gpu_wheels
+	$(BIN)/python -m tools.gpu.wheels
 
 clean:
 	rm -rf $(VENV) build .pytest_cache .mypy_cache .ruff_cache

@@ -14,9 +14,11 @@ from pathlib import Path
 
 import pytest
 
-from tools import gpu_outputs, gpu_stages
-from tools.gpu_check import Check
-from tools.gpu_stages import StageSpec
+from tools.gpu import outputs as gpu_outputs
+from tools.gpu import stages as gpu_stages
+from tools.gpu.check import run, run_stage
+from tools.gpu.context import Check
+from tools.gpu.stages import StageSpec
 
 REPO = Path(__file__).resolve().parent.parent
 STAGE_NAMES = [s.name for s in gpu_stages.STAGES]
@@ -49,7 +51,7 @@ def dry_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[subprocess.Comple
     out = tmp / "out"
     env = {k: v for k, v in os.environ.items() if k != "OUT"}
     proc = subprocess.run(
-        [sys.executable, "-m", "tools.gpu_check", "--device", "cpu", "--out", str(out),
+        [sys.executable, "-m", "tools.gpu", "--device", "cpu", "--out", str(out),
          "--wheels", str(tmp / "wheels")],
         cwd=REPO, env=env, capture_output=True, text=True, timeout=300, check=False,
     )
@@ -146,13 +148,13 @@ def _check(tmp_path: Path, budget_s: float = 600.0, only: set[str] | None = None
 def test_a_stage_without_time_left_is_skipped(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setattr(gpu_stages, "env", lambda c, cap: f"ran with cap {cap:.0f}")
+    monkeypatch.setitem(gpu_stages.RUNNERS, "env", lambda c, cap: f"ran with cap {cap:.0f}")
     check = _check(tmp_path, budget_s=68.0)
-    check.run_stage(StageSpec("env", 45, 45, 5), [StageSpec("runs", 240, 120, 60)])
+    run_stage(check, StageSpec("env", 45, 45, 5), [StageSpec("runs", 240, 120, 60)])
     assert [(s.name, s.status) for s in check.stages] == [("env", "skipped")]
     # With the later stage left out by --only, its reserve is free again.
     check = _check(tmp_path, budget_s=68.0, only={"env"})
-    check.run_stage(StageSpec("env", 45, 45, 5), [StageSpec("runs", 240, 120, 60)])
+    run_stage(check, StageSpec("env", 45, 45, 5), [StageSpec("runs", 240, 120, 60)])
     assert (check.stages[0].status, check.stages[0].detail) == ("ok", "ran with cap 45")
 
 
@@ -160,9 +162,9 @@ def test_a_crashing_stage_fails_alone_and_the_exit_status_says_so(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
 ) -> None:
     check = _check(tmp_path, only={"env", "ceilings"})
-    monkeypatch.setattr(gpu_stages, "env", lambda c, cap: 1 / 0)
-    monkeypatch.setattr(gpu_stages, "ceilings", lambda c, cap: "measured")
-    assert check.run() == 1
+    monkeypatch.setitem(gpu_stages.RUNNERS, "env", lambda c, cap: 1 / 0)
+    monkeypatch.setitem(gpu_stages.RUNNERS, "ceilings", lambda c, cap: "measured")
+    assert run(check) == 1
     status = {s.name: s.status for s in check.stages}
     assert status["env"] == "failed" and status["ceilings"] == "ok"
     assert status["core"] == "skipped"
@@ -244,7 +246,7 @@ def test_fidelity_runs_against_the_profile_calibrate_just_measured(tmp_path: Pat
     out = tmp_path / "out"
     env = {k: v for k, v in os.environ.items() if k != "OUT"}
     proc = subprocess.run(
-        [sys.executable, "-m", "tools.gpu_check", "--device", "cpu", "--out", str(out),
+        [sys.executable, "-m", "tools.gpu", "--device", "cpu", "--out", str(out),
          "--wheels", str(tmp_path / "none"), "--only", "calibrate,fidelity"],
         cwd=REPO, env=env, capture_output=True, text=True, timeout=300, check=False,
     )

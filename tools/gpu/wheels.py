@@ -1,10 +1,10 @@
 """Wheels for the GPU machine: download them here, install them there (no network there).
 
 The GPU image (Python 3.12, torch, numpy, pandas, matplotlib, pyyaml, pytest, ...) lacks simpy
-and pydantic. ``python -m tools.gpu_wheels`` (``make gpu-wheels``) downloads cp312 manylinux
+and pydantic. ``python -m tools.gpu.wheels`` (``make gpu-wheels``) downloads cp312 manylinux
 wheels of the versions installed in this venv into the git-ignored ``.whl/`` and writes
 ``.whl/COMMIT`` (the working tree that travels to the GPU machine carries no ``.git``).
-``install_wheels`` is what ``tools.gpu_check`` runs there. Standard library only.
+``install_wheels`` is what ``tools.gpu.check`` runs there. Standard library only.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from pathlib import Path
 
 from loopserve.outputs.env_info import commit_label
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 WHEEL_DIR = REPO / ".whl"
 SITE_DIR = Path("/tmp/site")
 # Missing from the GPU image; typing_extensions travels too because pydantic-core needs a

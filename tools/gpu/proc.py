@@ -1,4 +1,4 @@
-"""Subprocesses for ``tools.gpu_check``: run a command with a hard time cap, echo its output
+"""Subprocesses for ``tools.gpu.check``: run a command with a hard time cap, echo its output
 live, keep it for parsing; plus the two ways a stage ends early. Standard library only."""
 
 from __future__ import annotations

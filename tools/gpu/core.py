@@ -1,4 +1,4 @@
-"""The ``core`` stage of ``tools.gpu_measure``: recurrent core call time at 1/8/32 decode
+"""The ``core`` measurement of ``tools.gpu.measure``: recurrent core call time at 1/8/32 decode
 rows, straight through the model (``model.recurrent``) and as a RECURRENT step of
 ``engine.runner.ModelRunner``, against the weight-bandwidth floor (shared-stack bytes over the
 measured copy bandwidth)."""
@@ -8,19 +8,22 @@ from __future__ import annotations
 import math
 import statistics
 import time
-from collections.abc import Callable
 from functools import partial
 from typing import Any
 
 import torch
 
-from tools.gpu_measure import NOMINAL_COPY_BPS, Sizes, log, stats, time_repeats, timer_name
+from engine.core import EngineCore, SamplingParams
+from engine.core.request import Stage
+from engine.llm import build_runner, make_engine_config
+from engine.model import empty_model, get_preset, init_random_weights
+from kernels.attention import AttentionMetadata, get_backend
+from tools.gpu.sizes import NOMINAL_COPY_BPS, Sizes
+from tools.gpu.timing import log, stats, time_repeats, timed_once, timer_name
 
 
 def random_model(preset: str, device: torch.device, dtype: torch.dtype, seed: int = 0) -> Any:
     """A preset with random weights drawn on the device (fast for 1.4B; timing only)."""
-    from engine.model import empty_model, get_preset, init_random_weights
-
     return init_random_weights(empty_model(get_preset(preset), device, dtype), seed,
                                on_device=True)
 
@@ -33,8 +36,6 @@ def stack_bytes(model: Any) -> int:
 
 def time_model_core(model: Any, device: torch.device, sizes: Sizes) -> list[dict[str, Any]]:
     """``model.recurrent`` over N decode rows, each at ``sizes.context`` KV positions."""
-    from kernels.attention import AttentionMetadata, get_backend
-
     cfg = model.config
     bs = 16
     per_seq = math.ceil(sizes.context / bs)
@@ -77,10 +78,6 @@ def time_model_core(model: Any, device: torch.device, sizes: Sizes) -> list[dict
 def time_runner_steps(model: Any, device: torch.device, sizes: Sizes) -> list[dict[str, Any]]:
     """RECURRENT steps of ``ModelRunner.execute`` with exactly N decode rows (no prompt rows),
     driven by a real ``EngineCore`` (prompts prefilled first, fixed exit at full depth)."""
-    from engine.core import EngineCore, SamplingParams
-    from engine.core.request import Stage
-    from engine.llm import build_runner, make_engine_config
-
     max_rows = max(sizes.rows)
     prompt = sizes.runner_prompt
     # Every request is prefilled in one batch, so all N decode together from the first token.
@@ -116,7 +113,7 @@ def time_runner_steps(model: Any, device: torch.device, sizes: Sizes) -> list[di
             if timed:
                 seen += 1
             if timed and seen > sizes.warmup:
-                (step_s,), result = _timed_once(partial(runner.execute, batch), device)
+                (step_s,), result = timed_once(partial(runner.execute, batch), device)
                 samples.append(step_s)
                 prepare.append(runner.last_prepare_s)
             else:
@@ -131,13 +128,6 @@ def time_runner_steps(model: Any, device: torch.device, sizes: Sizes) -> list[di
         log(f"runner RECURRENT step, {n:2d} rows: {out[-1]['median_s'] * 1e3:.3f} ms "
             f"(host prepare {out[-1]['prepare_median_s'] * 1e3:.3f} ms)")
     return out
-
-
-def _timed_once(fn: Callable[[], Any], device: torch.device) -> tuple[list[float], Any]:
-    """One call, timed like ``time_repeats`` (CUDA events on an idle device), and its value."""
-    box: list[Any] = []
-    samples = time_repeats(lambda: box.append(fn()), device, warmup=0, repeats=1)
-    return samples, box[0]
 
 
 def core(device: torch.device, sizes: Sizes, copy_bps: float | None) -> dict[str, Any]:
@@ -157,13 +147,6 @@ def core(device: torch.device, sizes: Sizes, copy_bps: float | None) -> dict[str
         "bandwidth_source": "measured" if copy_bps else "nominal", "floor_s": floor,
     }
     res["model_core"] = time_model_core(model, device, sizes)
-    try:
-        import engine.runner  # noqa: F401
-    except ImportError as err:
-        res["runner"] = None
-        res["runner_error"] = f"runner: not available ({err})"
-        log(res["runner_error"])
-        return res
     res["runner"] = time_runner_steps(model, device, sizes)
     return res
 

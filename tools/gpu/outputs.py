@@ -1,4 +1,4 @@
-"""Pure helpers of ``tools.gpu_check``: the device machine's output limits, packing run
+"""Pure helpers of ``tools.gpu.check``: the device machine's output limits, packing run
 folders, reading pytest's JUnit report and A2/A0 ratios from ``summary.json``, and the final
 table. Standard library only
 (the GPU image runs this before any wheel is installed).

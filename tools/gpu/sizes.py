@@ -1,0 +1,31 @@
+"""Problem sizes of the device measurements: real ones on CUDA, tiny ones for the CPU dry run."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+# Nominal H200 copy bandwidth (DESIGN.md §9), used for the floor when no ceiling was measured.
+NOMINAL_COPY_BPS = {"cuda": 4.3e12, "cpu": 1.0e10}
+
+
+@dataclass(frozen=True)
+class Sizes:
+    """Problem sizes per device: real ones on CUDA, tiny ones for the CPU dry run."""
+
+    copy_bytes: int
+    matmul_n: int
+    model: str
+    model_dtype: torch.dtype
+    rows: tuple[int, ...]
+    context: int  # KV positions per decode row in the model-level core call
+    runner_prompt: int  # prompt tokens per request in the runner-level measurement
+    warmup: int
+    repeats: int
+
+
+SIZES = {
+    "cuda": Sizes(2 << 30, 8192, "ouro-1.4b", torch.bfloat16, (1, 8, 32), 512, 496, 3, 20),
+    "cpu": Sizes(16 << 20, 256, "tiny", torch.float32, (1, 8, 32), 32, 16, 1, 5),
+}

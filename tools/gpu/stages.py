@@ -1,0 +1,49 @@
+"""The stages of a gpu-check, in order (see ``tools.gpu``), and the function that runs each.
+Every stage takes the running ``Check`` and its time cap in seconds and returns a one-line
+detail, or raises StageFailed (reported, the next stage still runs) or NotAvailable (the
+piece has not landed: n/a).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from tools.gpu.context import Check
+from tools.gpu.device_stages import ceilings, core, pytest
+from tools.gpu.project_stages import calibrate, fidelity, runs
+from tools.gpu.setup_stages import env, install_wheels
+
+
+@dataclass(frozen=True)
+class StageSpec:
+    """A stage: its cap in seconds on CUDA and on CPU, and the time it keeps in reserve.
+    A stage that is not ``default`` runs only when ``--only`` names it."""
+
+    name: str
+    cap_cuda: float
+    cap_cpu: float
+    reserve: float
+    default: bool = True
+
+    def selected(self, only: set[str] | None) -> bool:
+        return self.default if only is None else self.name in only
+
+
+STAGES = (
+    StageSpec("wheels", 60, 60, 5),
+    StageSpec("env", 45, 45, 5),
+    StageSpec("ceilings", 60, 45, 10),
+    StageSpec("pytest", 120, 90, 20),
+    StageSpec("core", 90, 60, 20),
+    StageSpec("runs", 240, 120, 60),
+    StageSpec("calibrate", 120, 60, 20),
+    # Needs the calibrate stage's profile, and its own budget on a GPU: a second call,
+    # `--only calibrate,fidelity --budget-s 400` (docs/gpu.md).
+    StageSpec("fidelity", 240, 60, 20, default=False),
+)
+
+RUNNERS: dict[str, Callable[[Check, float], str]] = {
+    "wheels": install_wheels, "env": env, "ceilings": ceilings, "pytest": pytest, "core": core,
+    "runs": runs, "calibrate": calibrate, "fidelity": fidelity,
+}
