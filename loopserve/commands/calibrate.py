@@ -28,7 +28,7 @@ from loopserve.calibrate.result import CalibrationResult
 from loopserve.errors import UserError
 from loopserve.outputs import env_info
 from loopserve.outputs.files import atomic_write, staged_dir, write_json
-from loopserve.targets.base import check_real
+from loopserve.targets.load import check_real
 from sim.cost.calibrated import profile_json
 from sim.cost.features import FEATURE_NAMES
 from sim.cost.fit import Sample

@@ -37,7 +37,7 @@ from loopserve.outputs import env_info, files
 from loopserve.runs.plan import plan_runs
 from loopserve.schema import load_scenario
 from loopserve.schema.scenario import Scenario
-from loopserve.targets.base import check_real
+from loopserve.targets.load import check_real
 from sim.cost.calibrated import CalibratedCost, Profile, load_profile
 from sim.cost.resolve import model_label
 

@@ -16,7 +16,8 @@ from loopserve.errors import UserError
 from loopserve.runs.metrics import Metrics, summarize
 from loopserve.runs.plan import Plan, run_source
 from loopserve.runs.sweep import SweepPoint
-from loopserve.targets.base import RunSpec, Target, real_target
+from loopserve.targets.base import RunSpec, Target
+from loopserve.targets.load import real_target
 from loopserve.targets.sim import SimTarget
 from sim.validity import check
 

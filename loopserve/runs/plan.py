@@ -15,7 +15,8 @@ from loopserve.errors import UserError
 from loopserve.runs.sweep import SweepPoint, expand, reference_point
 from loopserve.schema.build import engine_config, lifetime_bound, model_shape
 from loopserve.schema.scenario import Scenario
-from loopserve.targets.base import RunSpec, Target, check_real
+from loopserve.targets.base import RunSpec, Target
+from loopserve.targets.load import check_real
 from loopserve.workloads import build_source
 from sim.cost import make_cost_model
 from sim.cost.base import CostModel

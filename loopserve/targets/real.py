@@ -1,6 +1,6 @@
 """Real-engine targets (``--target cpu|cuda``): the scenario on ``engine.llm.run_realtime``.
 
-Loaded only through ``loopserve.targets.base`` (torch is imported here). The model is built
+Loaded only through ``loopserve.targets.load`` (torch is imported here). The model is built
 once per target (preset with seeded weights from the scenario seed, or a checkpoint
 directory) and shared by every run; each run gets a fresh ModelRunner sized by its
 EngineConfig.

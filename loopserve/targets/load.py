@@ -1,0 +1,33 @@
+"""The one way in to the real engine (``loopserve.targets.real``, torch): imported on demand,
+so planning and running in the simulator never load torch; an ImportError becomes a
+UserError naming ``--target``."""
+
+from __future__ import annotations
+
+from types import ModuleType
+
+from loopserve.errors import UserError
+from loopserve.schema.scenario import Scenario
+from loopserve.targets.base import Target
+
+
+def _real() -> ModuleType:
+    try:
+        # Lazy: torch loads only when a real target (cpu | cuda) is asked for.
+        from loopserve.targets import real
+    except ImportError as err:
+        raise UserError(
+            "--target", f"the real engine is not available ({err}); use --target sim"
+        ) from None
+    return real
+
+
+def check_real(target: str) -> None:
+    """Raise a UserError when the real engine or the ``target`` device is unavailable."""
+    _real().check_device(target)
+
+
+def real_target(scn: Scenario, target: str) -> Target:
+    """The real engine on ``target`` (cpu | cuda), its model built once for every run."""
+    built: Target = _real().RealTarget(scn, target)
+    return built
