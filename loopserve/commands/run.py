@@ -16,9 +16,9 @@ from loopserve.errors import UserError
 from loopserve.outputs import env_info, files, records
 from loopserve.outputs.rundata import load_run
 from loopserve.outputs.trace import write_trace
-from loopserve.report.compare import metric
 from loopserve.report.page import write_run_report
 from loopserve.runs.loop import RunResult, execute
+from loopserve.runs.metrics import metric
 from loopserve.runs.plan import TARGETS, Plan, plan_runs
 from loopserve.runs.summary import build_summary
 from loopserve.schema import load_scenario

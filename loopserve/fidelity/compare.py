@@ -24,7 +24,7 @@ from loopserve.fidelity.drift import drift
 from loopserve.fidelity.tail import tail
 from loopserve.fidelity.targets import targets
 from loopserve.fidelity.world import RealWorld, WorldRun
-from loopserve.report.compare import metric
+from loopserve.runs.metrics import metric
 from loopserve.runs.plan import Plan
 from sim.cost.calibrated import CalibratedCost, Profile
 from sim.cost.fit import contended as contended_step

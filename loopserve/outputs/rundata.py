@@ -15,7 +15,8 @@ import pandas as pd
 import yaml
 
 from loopserve.errors import UserError
-from loopserve.runs.sweep import reference_point
+from loopserve.runs.summary import MedianRow, Summary
+from loopserve.runs.sweep import PointRow, reference_point
 
 REQUIRED_FILES = ("summary.json", "scenario.yaml", "steps.csv", "requests.csv", "tokens.csv")
 
@@ -25,9 +26,9 @@ class RunData:
     """One run folder: its summary, resolved scenario, env and the three CSV tables."""
 
     path: Path
-    summary: dict[str, Any]
-    scenario: dict[str, Any]
-    env: dict[str, Any]
+    summary: Summary
+    scenario: dict[str, Any]  # the resolved scenario.yaml as read (YAML)
+    env: dict[str, Any]  # env.json as read
     steps: pd.DataFrame
     requests: pd.DataFrame
     tokens: pd.DataFrame
@@ -40,15 +41,15 @@ class RunData:
 
     @property
     def target(self) -> str:
-        runs = self.summary.get("runs") or [{}]
-        return str(runs[0].get("target", "?"))
+        runs = self.summary.get("runs")
+        return str(runs[0].get("target", "?")) if runs else "?"
 
     @property
     def arms(self) -> list[str]:
         return list(self.scenario.get("arms", []))
 
     @property
-    def points(self) -> list[dict[str, Any]]:
+    def points(self) -> list[PointRow]:
         return list(self.summary["points"])
 
     @property
@@ -57,7 +58,7 @@ class RunData:
             self._ref = reference_point(self.scenario, self.points)
         return self._ref
 
-    def medians(self, point_id: int | None = None) -> list[dict[str, Any]]:
+    def medians(self, point_id: int | None = None) -> list[MedianRow]:
         pid = self.reference_point_id if point_id is None else point_id
         return [m for m in self.summary["medians"] if m["point_id"] == pid]
 

@@ -7,13 +7,13 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from loopserve.outputs.rundata import RunData
 from loopserve.report.plots import swept_fields
-from loopserve.runs.sweep import VARIANT_KEY
+from loopserve.runs.metrics import metric
+from loopserve.runs.sweep import VARIANT_KEY, PointRow
 
 # (summary key, sub-key or None, label, higher is better)
 METRICS: tuple[tuple[str, str | None, str, bool], ...] = (
@@ -28,16 +28,6 @@ METRICS: tuple[tuple[str, str | None, str, bool], ...] = (
 )
 TIE_REL = 0.005  # within 0.5%: neither is better
 ARM_PAIRS = (("mixed", "atomic"), ("mixed", "per_depth"), ("per_depth", "atomic"))
-
-
-def metric(row: Mapping[str, object] | None, key: str, sub: str | None = None) -> float | None:
-    """One metric of a summary row (or of a run's ``Metrics``), or None."""
-    if row is None:
-        return None
-    value = row.get(key)
-    if sub is not None:
-        value = value.get(sub) if isinstance(value, dict) else None
-    return float(value) if isinstance(value, int | float) else None
 
 
 def arm_ratios(run: RunData, point_id: int) -> list[dict[str, Any]]:
@@ -96,7 +86,7 @@ def field_verdicts(run: RunData) -> list[Verdict]:
     ref = run.point_values(run.reference_point_id)
     out = []
     for field in swept_fields(run):
-        slices: dict[str, list[dict[str, Any]]] = {}
+        slices: dict[str, list[PointRow]] = {}
         for p in run.points:
             others = {k: v for k, v in p["values"].items() if k != field}
             if field != VARIANT_KEY and any(v != ref.get(k) for k, v in others.items()):
@@ -109,7 +99,7 @@ def field_verdicts(run: RunData) -> list[Verdict]:
 
 
 def _slice_verdicts(
-    run: RunData, field: str, pts: list[dict[str, Any]], context: str
+    run: RunData, field: str, pts: list[PointRow], context: str
 ) -> list[Verdict]:
     out = []
     for arm in run.arms:

@@ -19,7 +19,7 @@ from typing import Any
 import yaml
 
 from loopserve.outputs.rundata import RunData
-from loopserve.report.compare import METRICS, arm_ratios, field_verdicts, metric, verdict_sentences
+from loopserve.report.compare import METRICS, arm_ratios, field_verdicts, verdict_sentences
 from loopserve.report.plots import (
     itl_cdf_figure,
     png_bytes,
@@ -28,6 +28,8 @@ from loopserve.report.plots import (
     ttft_figure,
 )
 from loopserve.report.timeline import timeline_figure
+from loopserve.runs.metrics import metric
+from loopserve.runs.summary import MedianRow
 
 
 @dataclass(frozen=True)
@@ -78,7 +80,7 @@ overflow-x:auto;font-size:.8em}.note{color:#555;font-size:.9em}li{margin:.25em 0
 """
 
 
-def _e(x: Any) -> str:
+def _e(x: object) -> str:
     return html.escape(str(x))
 
 
@@ -96,13 +98,13 @@ def _table(head: Sequence[str], rows: Sequence[Sequence[str]], left: int = 1) ->
     return f"<table><tr>{th}</tr>{body}</table>"
 
 
-def _valid_cell(m: dict[str, Any]) -> str:
+def _valid_cell(m: MedianRow) -> str:
     n, ok = m.get("num_repeats", 1), m.get("num_valid", int(bool(m["valid"])))
     cls = "ok" if m["valid"] else "bad"
     return f'<span class="{cls}">{"valid" if m["valid"] else "INVALID"} ({ok}/{n})</span>'
 
 
-def _slo_cell(m: dict[str, Any], slo: dict[str, Any] | None) -> str:
+def _slo_cell(m: MedianRow, slo: dict[str, Any] | None) -> str:
     if not slo:
         return "–"
     checks = []

@@ -8,7 +8,7 @@ Every figure takes one or more ``RunData``; with several runs each series is lab
 from __future__ import annotations
 
 import io
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import matplotlib
@@ -21,6 +21,7 @@ from matplotlib.figure import Figure  # noqa: E402
 from matplotlib.ticker import FuncFormatter  # noqa: E402
 
 from loopserve.outputs.rundata import RunData  # noqa: E402
+from loopserve.runs.metrics import metric  # noqa: E402
 
 ARM_COLORS = {"atomic": "#c0392b", "per_depth": "#e69f00", "mixed": "#0072b2"}
 ARM_MARKERS = {"atomic": "s", "per_depth": "^", "mixed": "o"}
@@ -184,10 +185,6 @@ def sweep_figure(runs: Sequence[RunData], field: str, slo: dict[str, Any] | None
     return fig
 
 
-def _metric(row: dict[str, Any] | None, key: str, sub: str | None) -> float:
-    if row is None:
-        return float("nan")
-    value = row.get(key)
-    if sub is not None:
-        value = value.get(sub) if isinstance(value, dict) else None
-    return float("nan") if value is None else float(value)
+def _metric(row: Mapping[str, object] | None, key: str, sub: str | None) -> float:
+    value = metric(row, key, sub)
+    return float("nan") if value is None else value

@@ -14,7 +14,7 @@ Only finished requests (the rows of ``RunRecords.requests``) count.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from operator import attrgetter
 from typing import Any, TypedDict
 
@@ -130,6 +130,16 @@ def summarize(records: RunRecords, num_depths: int | None = None) -> Metrics:
         "num_core_calls": records.num_core_calls,
         "num_mixed_core_calls": records.num_mixed_core_calls,
     }
+
+
+def metric(row: Mapping[str, object] | None, key: str, sub: str | None = None) -> float | None:
+    """One metric of a summary row (or of a run's ``Metrics``), or None."""
+    if row is None:
+        return None
+    value = row.get(key)
+    if sub is not None:
+        value = value.get(sub) if isinstance(value, dict) else None
+    return float(value) if isinstance(value, int | float) else None
 
 
 def _frame(rows: Iterable[Any], columns: tuple[str, ...]) -> pd.DataFrame:

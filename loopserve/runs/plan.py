@@ -48,9 +48,7 @@ def plan_runs(scn: Scenario, target: str) -> Plan:
         check_real(target)
     shape = model_shape(scn.model)
     points = expand(scn)
-    ref = reference_point(
-        scn.model_dump(), [{"point_id": p.point_id, "values": p.values} for p in points]
-    )
+    ref = reference_point(scn.model_dump(), [p.row for p in points])
     plan = Plan(scn, target, shape, points, [], ref)
     configs: dict[tuple[int, str], EngineConfig] = {}
     for point in points:

@@ -9,36 +9,71 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Sequence
-from typing import Any
+from typing import TypedDict, cast
 
 import numpy as np
 
 from loopserve.runs.loop import RunResult
+from loopserve.runs.metrics import Metrics
 from loopserve.runs.plan import Plan
+from loopserve.runs.sweep import PointRow
 
 # Summary fields that are not metrics (copied, never averaged).
 KEY_FIELDS = ("arm", "target", "point_id", "repeat", "valid", "invalid_reason")
 
 
-def run_row(result: RunResult, target: str) -> dict[str, Any]:
+class RunRow(Metrics):
+    """One ``runs`` entry: keys and validity first, then the metrics, then ``wall_s``."""
+
+    arm: str
+    target: str
+    point_id: int
+    repeat: int
+    valid: bool
+    invalid_reason: str | None
+    wall_s: float | None
+
+
+class MedianRow(Metrics):
+    """One ``medians`` entry: per (point, arm), every metric's median over the repeats."""
+
+    arm: str
+    target: str
+    point_id: int
+    num_repeats: int
+    num_valid: int
+    valid: bool
+    invalid_reason: str | None
+    wall_s: float | None
+
+
+class Summary(TypedDict):
+    """The whole summary.json document."""
+
+    points: list[PointRow]
+    runs: list[RunRow]
+    medians: list[MedianRow]
+
+
+def run_row(result: RunResult, target: str) -> RunRow:
     """One ``runs`` entry: keys, validity, the metrics and wall_s (null for sim)."""
     s = result.spec
-    row: dict[str, Any] = {
+    metrics = cast(Metrics, _clean(result.metrics))  # the same keys, JSON-safe values
+    return {
         "arm": s.arm,
         "target": target,
         "point_id": s.point_id,
         "repeat": s.repeat,
         "valid": result.valid,
         "invalid_reason": "; ".join(result.invalid_reasons) or None,
+        **metrics,
+        "wall_s": None if target == "sim" else result.records.wall_s,
     }
-    row.update(_clean(result.metrics))
-    row["wall_s"] = None if target == "sim" else result.records.wall_s
-    return row
 
 
-def median_rows(runs: Sequence[dict[str, Any]], arms: Sequence[str]) -> list[dict[str, Any]]:
+def median_rows(runs: Sequence[RunRow], arms: Sequence[str]) -> list[MedianRow]:
     """Per (point, arm), in point then arm order: medians of every metric over repeats."""
-    groups: dict[tuple[int, str], list[dict[str, Any]]] = {}
+    groups: dict[tuple[int, str], list[RunRow]] = {}
     for row in runs:
         groups.setdefault((row["point_id"], row["arm"]), []).append(row)
     out = []
@@ -50,11 +85,11 @@ def median_rows(runs: Sequence[dict[str, Any]], arms: Sequence[str]) -> list[dic
     return out
 
 
-def _median_row(group: list[dict[str, Any]]) -> dict[str, Any]:
+def _median_row(group: list[RunRow]) -> MedianRow:
     valid = [r for r in group if r["valid"]]
-    use = valid or group
+    use: list[dict[str, object]] = [dict(r) for r in (valid or group)]
     first = group[0]
-    row: dict[str, Any] = {
+    row: dict[str, object] = {
         "arm": first["arm"],
         "target": first["target"],
         "point_id": first["point_id"],
@@ -69,13 +104,18 @@ def _median_row(group: list[dict[str, Any]]) -> dict[str, Any]:
         if key in KEY_FIELDS:
             continue
         if isinstance(value, dict):
-            row[key] = {k: _median(r[key][k] for r in use) for k in value}
+            row[key] = {k: _median(_item(r[key], k) for r in use) for k in value}
         else:
             row[key] = _median(r[key] for r in use)
-    return row
+    return cast(MedianRow, row)  # the run rows' keys, in their order
 
 
-def _median(values: Iterable[Any]) -> float | int | None:
+def _item(value: object, key: str) -> object:
+    assert isinstance(value, dict)
+    return value[key]
+
+
+def _median(values: Iterable[object]) -> float | int | None:
     nums = [v for v in values if isinstance(v, (int, float)) and not isinstance(v, bool)]
     if not nums:
         return None
@@ -85,7 +125,7 @@ def _median(values: Iterable[Any]) -> float | int | None:
     return m
 
 
-def _clean(value: Any) -> Any:
+def _clean(value: object) -> object:
     """JSON-safe: numpy scalars to Python, NaN/inf to null."""
     if isinstance(value, dict):
         return {k: _clean(v) for k, v in value.items()}
@@ -98,11 +138,11 @@ def _clean(value: Any) -> Any:
     return value
 
 
-def build_summary(plan: Plan, results: Sequence[RunResult]) -> dict[str, Any]:
+def build_summary(plan: Plan, results: Sequence[RunResult]) -> Summary:
     """The whole summary.json document."""
     runs = [run_row(r, plan.target) for r in results]
     return {
-        "points": [{"point_id": p.point_id, "values": p.values} for p in plan.points],
+        "points": [p.row for p in plan.points],
         "runs": runs,
         "medians": median_rows(runs, plan.scenario.arms),
     }

@@ -9,14 +9,22 @@ from __future__ import annotations
 
 import copy
 import itertools
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypedDict
 
 from loopserve.errors import UserError
 from loopserve.schema.load import set_path, validate
 from loopserve.schema.scenario import Scalar, Scenario
 
 VARIANT_KEY = "variant"
+
+
+class PointRow(TypedDict):
+    """A point as summary.json lists it."""
+
+    point_id: int
+    values: dict[str, Scalar]
 
 
 @dataclass(frozen=True)
@@ -26,6 +34,10 @@ class SweepPoint:
     point_id: int
     values: dict[str, Scalar]
     scenario: Scenario
+
+    @property
+    def row(self) -> PointRow:
+        return {"point_id": self.point_id, "values": self.values}
 
     @property
     def label(self) -> str:
@@ -71,7 +83,7 @@ def expand(scn: Scenario) -> list[SweepPoint]:
     return points
 
 
-def reference_point(scenario: dict[str, Any], points: list[dict[str, Any]]) -> int:
+def reference_point(scenario: Mapping[str, Any], points: Sequence[PointRow]) -> int:
     """The point whose values match the scenario's own (unswept) values, else the first.
 
     ``scenario`` is the scenario as a mapping (``Scenario.model_dump()`` or a resolved
@@ -90,7 +102,7 @@ def reference_point(scenario: dict[str, Any], points: list[dict[str, Any]]) -> i
     return int(points[0]["point_id"])
 
 
-def _get(data: Any, dotted: str) -> Any:
+def _get(data: object, dotted: str) -> object:
     node = data
     for part in dotted.split("."):
         if not isinstance(node, dict) or part not in node:
