@@ -17,6 +17,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
+from matplotlib.axes import Axes  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
 from matplotlib.ticker import FuncFormatter  # noqa: E402
 
@@ -47,7 +48,7 @@ def arm_color(arm: str) -> str:
     return ARM_COLORS.get(arm, "#555555")
 
 
-def plain_log(ax: Any, axis: str) -> None:
+def plain_log(ax: Axes, axis: str) -> None:
     """Log scale with tick labels as plain numbers (20, 50, 100) instead of 2x10^1."""
     target = ax.xaxis if axis == "x" else ax.yaxis
     (ax.set_xscale if axis == "x" else ax.set_yscale)("log")

@@ -9,11 +9,11 @@ window around the first injection (or on the first steps when nothing is injecte
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from typing import Any
 
 import matplotlib.pyplot as plt
 import pandas as pd
 from matplotlib.artist import Artist
+from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 from matplotlib.patches import Patch
@@ -75,7 +75,7 @@ def _window(series: Sequence[tuple[RunData, str]]) -> tuple[float, float, str]:
     return 0.0, stop, f"first {_MAX_UNZOOMED_STEPS} steps" if stop < end else ""
 
 
-def draw_lane(ax: Any, steps: Iterable[tuple[float, float, str]], decode_token_s: Iterable[float],
+def draw_lane(ax: Axes, steps: Iterable[tuple[float, float, str]], decode_token_s: Iterable[float],
               injected: Iterable[tuple[float, float]], label: str, *,
               ttft_labels_until_s: float | None = None) -> None:
     """One lane, times in seconds drawn in ms: ``steps`` (start, end, kind) as bars coloured

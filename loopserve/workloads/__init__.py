@@ -27,16 +27,16 @@ WorkloadSpec = Annotated[
     InterferenceWorkload | PoissonWorkload | GammaWorkload | TraceWorkload | ShareGPTWorkload,
     Field(discriminator="kind"),
 ]
-_ADAPTER: TypeAdapter[Any] = TypeAdapter(WorkloadSpec)
+_ADAPTER: TypeAdapter[WorkloadSpec] = TypeAdapter(WorkloadSpec)
 
 
-def parse_workload(data: Mapping[str, Any]) -> Any:
+def parse_workload(data: Mapping[str, Any]) -> WorkloadSpec:
     """Validate a workload mapping (pydantic ``ValidationError`` on bad input)."""
     return _ADAPTER.validate_python(data)
 
 
 def build_source(
-    spec: Any,
+    spec: WorkloadSpec | Mapping[str, Any],
     *,
     seed: int,
     vocab_size: int,
