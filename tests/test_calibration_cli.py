@@ -12,11 +12,11 @@ import torch
 
 from engine.llm import build_runner
 from loopserve.calibrate.allocator import steady_allocator
-from loopserve.calibrate.measure import CalibrationRig, config_for, measure_shapes, shape_of
+from loopserve.calibrate.measure import CalibrationRig, config_for, measure_shapes
 from loopserve.cli import main
 from sim.cost.calibrated import load_profile
 from sim.cost.features import batch_features
-from sim.cost.shape_grid import QUICK, Shape, shape_grid
+from sim.cost.shape_grid import QUICK, Shape, shape_grid, shape_of
 from sim.shapes import TINY
 
 KINDS = {"decode", "prompt", "mixed", "prefill", "prelude", "coda", "decode_after_prompt"}
@@ -157,7 +157,8 @@ def test_a_checkpoint_with_three_depths_is_measured_at_its_own_depths(tmp_path: 
     from engine.model.build import empty_model, init_random_weights
     from engine.model.loader import save_checkpoint
     from engine.model.presets import get_preset
-    from loopserve.calibrate.measure import _predecessor, probe_shapes
+    from loopserve.calibrate.measure import _predecessor
+    from sim.cost.shape_grid import probe_shapes
 
     cfg = get_preset("tiny").replace(total_ut_steps=3)
     save_checkpoint(init_random_weights(empty_model(cfg, "cpu", torch.float32), 0),

@@ -30,7 +30,6 @@ from loopserve.calibrate.measure import (
     CalibrationRig,
     config_for,
     measure_shapes,
-    probe_shapes,
     time_probes,
 )
 from loopserve.calibrate.result import CalibrationResult
@@ -44,7 +43,7 @@ from sim.cost.fit import (
     pooled_held_out,
 )
 from sim.cost.resolve import model_label
-from sim.cost.shape_grid import QUICK, GridSpec, shape_grid
+from sim.cost.shape_grid import QUICK, GridSpec, probe_shapes, shape_grid
 
 # Share of the time budget for the forced shapes; the rest goes to the host-gap runs.
 _SHAPES_SHARE = 0.8

@@ -31,7 +31,7 @@ from engine.core.engine_core import EngineCore
 from engine.core.request import PromptStateHandle, SamplingParams, Stage
 from engine.runner import ModelRunner
 from sim.cost.fit import contended
-from sim.cost.shape_grid import DecodeRow, PromptChunk, Shape
+from sim.cost.shape_grid import DecodeRow, PromptChunk, Shape, probe_shapes
 
 _STAGES = {"prelude": Stage.PRELUDE, "coda": Stage.CODA, "prefill": Stage.PREFILL}
 
@@ -271,32 +271,6 @@ def measure_shapes(
     finally:
         bar.close()
     return out
-
-
-def shape_of(batch: Batch) -> Shape:
-    """The forced shape that reproduces ``batch`` (for re-measuring steps of a real run)."""
-    kind = batch.kind_label
-    if kind in ("prelude", "coda"):
-        return Shape(kind, rows=len(batch.items))
-    decode = tuple(DecodeRow(it.position + 1, it.depth) for it in batch.items
-                   if it.kind is ItemKind.DECODE)
-    prompts = tuple(PromptChunk(it.position, it.num_tokens, it.depth, it.fused_prelude)
-                    for it in batch.items if it.kind is ItemKind.PROMPT)
-    depths = max((it.num_depths for it in batch.items), default=1)
-    return Shape(kind, decode=decode, prompts=prompts, num_depths=depths)
-
-
-def probe_shapes(num_depths: int, max_context: int = 1024) -> dict[str, Shape]:
-    """Fixed reference steps timed at calibration and again at fidelity time: their ratio
-    tells how much faster or slower the machine runs now (shared machines drift, most for
-    steps whose working set is large)."""
-    return {
-        "decode_small": Shape("decode", decode=tuple(DecodeRow(128, i % num_depths)
-                                                     for i in range(8))),
-        "decode_large": Shape("decode", decode=tuple(DecodeRow(max_context, i % num_depths)
-                                                     for i in range(8))),
-        "prompt": Shape("prompt", prompts=(PromptChunk(max_context // 4, 64, 1 % num_depths),)),
-    }
 
 
 def time_probes(rig: CalibrationRig, repeats: int = 9) -> dict[str, float]:

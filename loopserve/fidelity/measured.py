@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from engine.llm import run_realtime
 from loopserve.calibrate.host_gap import RecordingRunner
-from loopserve.calibrate.measure import CalibrationRig, config_for, probe_shapes, time_probes
+from loopserve.calibrate.measure import CalibrationRig, config_for, time_probes
 from loopserve.fidelity.world import RealWorld, WorldRun
 from loopserve.runs.loop import each_run
 from loopserve.runs.metrics import summarize
@@ -16,6 +16,7 @@ from loopserve.runs.sweep import SweepPoint
 from loopserve.targets.base import RunSpec
 from loopserve.targets.real import RealTarget
 from sim.cost.calibrated import Profile
+from sim.cost.shape_grid import probe_shapes
 
 
 def _probes(target: RealTarget, block_size: int) -> dict[str, float]:

@@ -15,6 +15,8 @@ import itertools
 import random
 from dataclasses import dataclass, field
 
+from engine.core.batch import Batch, ItemKind
+
 
 @dataclass(frozen=True, slots=True)
 class DecodeRow:
@@ -205,3 +207,29 @@ def _after_prompt(shape: Shape) -> Shape:
 def shape_grid(spec: GridSpec, seed: int = 1) -> list[Shape]:
     """Fitting shapes followed by held-out shapes."""
     return fit_shapes(spec) + held_out_shapes(spec, seed)
+
+
+def shape_of(batch: Batch) -> Shape:
+    """The forced shape that reproduces ``batch`` (for re-measuring steps of a real run)."""
+    kind = batch.kind_label
+    if kind in ("prelude", "coda"):
+        return Shape(kind, rows=len(batch.items))
+    decode = tuple(DecodeRow(it.position + 1, it.depth) for it in batch.items
+                   if it.kind is ItemKind.DECODE)
+    prompts = tuple(PromptChunk(it.position, it.num_tokens, it.depth, it.fused_prelude)
+                    for it in batch.items if it.kind is ItemKind.PROMPT)
+    depths = max((it.num_depths for it in batch.items), default=1)
+    return Shape(kind, decode=decode, prompts=prompts, num_depths=depths)
+
+
+def probe_shapes(num_depths: int, max_context: int = 1024) -> dict[str, Shape]:
+    """Fixed reference steps timed at calibration and again at fidelity time: their ratio
+    tells how much faster or slower the machine runs now (shared machines drift, most for
+    steps whose working set is large)."""
+    return {
+        "decode_small": Shape("decode", decode=tuple(DecodeRow(128, i % num_depths)
+                                                     for i in range(8))),
+        "decode_large": Shape("decode", decode=tuple(DecodeRow(max_context, i % num_depths)
+                                                     for i in range(8))),
+        "prompt": Shape("prompt", prompts=(PromptChunk(max_context // 4, 64, 1 % num_depths),)),
+    }
