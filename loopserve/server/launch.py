@@ -43,9 +43,9 @@ class ServeOptions:
 
 def _from_scenario(opts: ServeOptions) -> tuple[EngineConfig, Any, Any]:
     from engine.core.config import resolve_arm
-    from loopserve.orchestrate import plan_runs
-    from loopserve.realtime import RealTarget
+    from loopserve.runs.plan import plan_runs
     from loopserve.schema import load_scenario
+    from loopserve.targets.real import RealTarget
 
     assert opts.scenario is not None
     model = str(Path(opts.model).resolve()) if Path(opts.model).is_dir() else opts.model
