@@ -1,0 +1,1 @@
+"""``loopserve bench serve``: datasets, the async HTTP client, vLLM's result keys."""

@@ -1,0 +1,186 @@
+"""vLLM's benchmark result keys: the one writer, for the HTTP client and for run records.
+
+A result is one flat dict with ``vllm bench serve``'s keys and definitions (vLLM's
+``benchmarks/serve.py``): ``duration``, ``completed``, ``failed``, ``total_input_tokens``,
+``total_output_tokens``, ``request_throughput`` (completed / duration), ``request_goodput``
+(good requests / duration, None without SLOs), ``output_throughput``,
+``total_token_throughput``, ``max_output_tokens_per_s`` (the most tokens in any one-second
+bucket from the first request's start), ``max_concurrent_requests`` (the most requests active
+in any such bucket), the per-request lists ``input_lens``, ``output_lens``, ``ttfts``,
+``itls``, ``generated_texts``, ``errors``, and per metric M of ``percentile_metrics``
+``mean_M_ms``, ``median_M_ms``, ``std_M_ms`` and ``pP_M_ms`` per P of ``percentiles``.
+
+Per successful request: TTFT = first content chunk - start; TPOT = (latency - TTFT) /
+(output tokens - 1), only with more than one token; ITL = each gap between consecutive
+content chunks, pooled; E2EL = latency (start to the last content chunk). Statistics are
+numpy's (linear percentiles, population std), 0 for an empty sample, as vLLM's. A request is
+good (DistServe's goodput) when every SLO given holds: ``value <= slo``, with TPOT counted as
+0 for a one-token request.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from engine.core.records import RunRecords
+
+METRICS = ("ttft", "tpot", "itl", "e2el")
+DEFAULT_METRICS = ("ttft", "tpot", "itl")
+DEFAULT_PERCENTILES = (99.0,)
+
+
+@dataclass
+class RequestOutcome:
+    """One request as the metrics read it (vLLM's ``RequestFuncOutput``); times in seconds,
+    ``start_s`` on the benchmark's clock."""
+
+    prompt_len: int
+    success: bool = False
+    output_tokens: int = 0
+    ttft: float = 0.0
+    itl: list[float] = field(default_factory=list)
+    latency: float = 0.0
+    start_s: float = 0.0
+    generated_text: str = ""
+    error: str = ""
+
+
+def parse_goodput(items: Sequence[str]) -> dict[str, float]:
+    """``["ttft:500", "tpot:50"]`` -> ``{"ttft": 500.0, "tpot": 50.0}`` (milliseconds);
+    ValueError naming ``--goodput`` on a bad item."""
+    out: dict[str, float] = {}
+    for item in items:
+        name, sep, value = item.partition(":")
+        if not sep or name not in ("ttft", "tpot", "e2el"):
+            raise ValueError(f"--goodput: {item!r} must be ttft:MS, tpot:MS or e2el:MS")
+        try:
+            ms = float(value)
+        except ValueError:
+            raise ValueError(f"--goodput: {item!r}: {value!r} is not a number of ms") from None
+        if not ms >= 0:
+            raise ValueError(f"--goodput: {item!r}: the SLO must be >= 0 ms")
+        out[name] = ms
+    return out
+
+
+def _stats(values: list[float], percentiles: Sequence[float]) -> tuple[float, float, float,
+                                                                       list[float]]:
+    arr = np.asarray(values if values else [0.0], dtype=np.float64) * 1000.0
+    pcts = [float(np.percentile(arr, p)) for p in percentiles]
+    return float(arr.mean()), float(np.median(arr)), float(arr.std()), pcts
+
+
+def percentile_word(p: float) -> str:
+    """vLLM's key spelling of a percentile: 99 -> "99", 99.9 -> "99.9"."""
+    return str(int(p)) if int(p) == p else str(p)
+
+
+def _peaks(ok: Sequence[RequestOutcome]) -> tuple[float, int]:
+    if not ok:
+        return 0.0, 0
+    t0 = min(o.start_s for o in ok)
+    span = int(np.ceil(max(o.start_s + o.latency for o in ok) - t0)) + 1
+    tokens = np.zeros(span)
+    active = np.zeros(span)
+    for o in ok:
+        t = o.start_s + o.ttft
+        times = [t]
+        for gap in o.itl:
+            t += gap
+            times.append(t)
+        for t in times:
+            bucket = int(t - t0)
+            if 0 <= bucket < span:
+                tokens[bucket] += 1
+        first, last = int(o.start_s - t0), int(o.start_s + o.latency - t0)
+        active[first:min(last + 1, span)] += 1
+    return float(tokens.max()), int(active.max())
+
+
+def vllm_results(
+    outcomes: Sequence[RequestOutcome],
+    duration_s: float,
+    *,
+    percentile_metrics: Sequence[str] = DEFAULT_METRICS,
+    percentiles: Sequence[float] = DEFAULT_PERCENTILES,
+    goodput: Mapping[str, float] | None = None,
+) -> dict[str, Any]:
+    """The result dict of one benchmark run (module docstring)."""
+    unknown = [m for m in percentile_metrics if m not in METRICS]
+    if unknown:
+        raise ValueError(f"--percentile-metrics: unknown metric {unknown[0]!r}; use "
+                         f"{','.join(METRICS)}")
+    ok = [o for o in outcomes if o.success]
+    samples: dict[str, list[float]] = {m: [] for m in METRICS}
+    tpot_for_goodput: list[float] = []
+    for o in ok:
+        tpot = (o.latency - o.ttft) / (o.output_tokens - 1) if o.output_tokens > 1 else 0.0
+        if o.output_tokens > 1:
+            samples["tpot"].append(tpot)
+        tpot_for_goodput.append(tpot)
+        samples["ttft"].append(o.ttft)
+        samples["itl"].extend(o.itl)
+        samples["e2el"].append(o.latency)
+    good = 0
+    if goodput:
+        per_request = {"ttft": samples["ttft"], "tpot": tpot_for_goodput,
+                       "e2el": samples["e2el"]}
+        good = sum(all(per_request[k][i] <= slo / 1000.0 for k, slo in goodput.items())
+                   for i in range(len(ok)))
+    output_lens = [o.output_tokens if o.success else 0 for o in outcomes]
+    total_in = sum(o.prompt_len for o in ok)
+    total_out = sum(output_lens)
+    peak_tokens, peak_active = _peaks(ok)
+    dur = duration_s if duration_s > 0 else float("nan")
+    result: dict[str, Any] = {
+        "duration": duration_s,
+        "completed": len(ok),
+        "failed": len(outcomes) - len(ok),
+        "total_input_tokens": total_in,
+        "total_output_tokens": total_out,
+        "request_throughput": len(ok) / dur,
+        "request_goodput": good / dur if goodput else None,
+        "output_throughput": total_out / dur,
+        "total_token_throughput": (total_in + total_out) / dur,
+        "input_lens": [o.prompt_len for o in outcomes],
+        "output_lens": output_lens,
+        "ttfts": [o.ttft for o in outcomes],
+        "itls": [list(o.itl) for o in outcomes],
+        "generated_texts": [o.generated_text for o in outcomes],
+        "errors": [o.error for o in outcomes],
+        "max_output_tokens_per_s": peak_tokens,
+        "max_concurrent_requests": peak_active,
+    }
+    for m in METRICS:
+        if m not in percentile_metrics:
+            continue
+        mean, median, std, pcts = _stats(samples[m], percentiles)
+        result[f"mean_{m}_ms"], result[f"median_{m}_ms"], result[f"std_{m}_ms"] = (
+            mean, median, std)
+        for p, value in zip(percentiles, pcts, strict=True):
+            result[f"p{percentile_word(p)}_{m}_ms"] = value
+    return result
+
+
+def outcomes_from_records(records: RunRecords) -> list[RequestOutcome]:
+    """A run's finished requests as outcomes, on the engine's clock: start = arrival, the
+    token times from ``records.tokens``; requests that produced no token, or ended with
+    ``error`` or ``abort``, count as failed. In finish order."""
+    times: dict[str, list[float]] = {}
+    for tok in records.tokens:
+        times.setdefault(tok.request_id, []).append(tok.time_s)
+    out = []
+    for r in records.requests:
+        ts = times.get(r.request_id, [])
+        ok = bool(ts) and r.finish_reason in ("stop", "length")
+        out.append(RequestOutcome(
+            prompt_len=r.prompt_tokens, success=ok, output_tokens=r.output_tokens if ok else 0,
+            ttft=ts[0] - r.arrival_s if ok else 0.0,
+            itl=[b - a for a, b in zip(ts, ts[1:], strict=False)] if ok else [],
+            latency=ts[-1] - r.arrival_s if ok else 0.0, start_s=r.arrival_s,
+            error="" if ok else f"finish_reason {r.finish_reason}"))
+    return out
