@@ -8,12 +8,12 @@ from engine.core import _native
 
 _native.activate(__name__, __path__)
 
+from engine.core.shapes import MODEL_SHAPES, get_shape
 from sim.cost import CostModel, make_cost_model
 from sim.driver import simulate
 from sim.errors import SimulationDeadlock
 from sim.executor import SimExecutor
 from sim.exit_model import make_signal_fn
-from sim.shapes import MODEL_SHAPES, get_shape
 from sim.validity import NO_MIXED_CALL, check, injection_problem
 
 __all__ = [

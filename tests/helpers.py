@@ -10,17 +10,12 @@ from engine.core import (
     EngineConfig,
     EngineCore,
     ExitConfig,
-    ModelShape,
     SchedulerConfig,
     TokenEvent,
 )
 from engine.core.fake_executor import FakeExecutor
 from engine.core.records import ArrivalSpec
-
-TINY = ModelShape(
-    num_layers=2, hidden_size=32, num_heads=4, num_kv_heads=2, head_dim=8,
-    intermediate_size=64, vocab_size=64, num_depths=4,
-)
+from engine.core.shapes import TINY
 
 
 def make_config(

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from engine.core.shapes import TINY
 from engine.llm import build_runner
 from loopserve.calibrate.allocator import steady_allocator
 from loopserve.calibrate.measure import CalibrationRig, config_for, measure_shapes
@@ -17,7 +18,6 @@ from loopserve.cli import main
 from sim.cost.calibrated import load_profile
 from sim.cost.features import batch_features
 from sim.cost.shape_grid import QUICK, Shape, shape_grid, shape_of
-from sim.shapes import TINY
 
 KINDS = {"decode", "prompt", "mixed", "prefill", "prelude", "coda", "decode_after_prompt"}
 QUICK_ARGS = ["--target", "cpu", "--model", "tiny", "--quick", "--repeats", "2",

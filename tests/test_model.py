@@ -41,7 +41,7 @@ def test_meta_device_parameter_counts_and_hf_names(
 
 
 def test_preset_shapes_match_the_simulator() -> None:
-    from sim.shapes import MODEL_SHAPES
+    from engine.core.shapes import MODEL_SHAPES
 
     for name, shape in MODEL_SHAPES.items():
         assert get_preset(name).to_shape() == shape, name

@@ -105,7 +105,7 @@ import hashlib, sys
 from engine.core import CacheConfig, EngineConfig, ExitConfig, SchedulerConfig, _native
 from loopserve.workloads import build_source
 from sim import make_cost_model, make_signal_fn, simulate
-from sim.shapes import MODEL_SHAPES
+from engine.core.shapes import MODEL_SHAPES
 
 shape = MODEL_SHAPES["ouro-1.4b"]
 exit_cfg = ExitConfig(mode="ouro", exit_threshold=0.6)

@@ -9,6 +9,7 @@ import pytest
 
 from engine.core import Batch, ItemKind, ScheduledItem, Stage
 from engine.core.batch import FinalizeOp, Housekeeping
+from engine.core.shapes import MODEL_SHAPES, OURO_1_4B
 from sim.cost import (
     CalibratedCost,
     ConstantCost,
@@ -19,7 +20,6 @@ from sim.cost import (
     make_cost_model,
     save_profile,
 )
-from sim.shapes import MODEL_SHAPES, OURO_1_4B
 from tests.helpers import profile_doc, stage
 
 D = 4

@@ -11,10 +11,10 @@ import pytest
 
 from engine.core import ExitConfig, SamplingParams, Stage
 from engine.core.records import ArrivalSpec
+from engine.core.shapes import TINY
 from loopserve.runs.metrics import requests_frame, steps_frame, tokens_frame
 from loopserve.workloads import build_source
 from sim import make_cost_model, make_signal_fn, simulate
-from sim.shapes import TINY
 from tests.helpers import ListSource, make_config
 
 ARMS = ("atomic", "per_depth", "mixed")
@@ -131,7 +131,7 @@ def test_stalled_core_raises_deadlock_instead_of_looping() -> None:
         "import sys\n"
         "from engine.core.engine_core import EngineCore\n"
         "from sim import SimulationDeadlock, make_cost_model, simulate\n"
-        "from sim.shapes import TINY\n"
+        "from engine.core.shapes import TINY\n"
         "from tests.helpers import ListSource, make_config\n"
         "from tests.test_sim_driver import spec\n"
         "EngineCore.schedule = lambda self, now: None\n"

@@ -8,10 +8,10 @@ import pytest
 from engine.core import EngineCore, ExitConfig, SamplingParams
 from engine.core.records import RunRecorder
 from engine.core.results import StepRecord
+from engine.core.shapes import TINY
 from sim.cost import make_cost_model
 from sim.executor import SimExecutor
 from sim.exit_model import make_signal_fn
-from sim.shapes import TINY
 from tests.helpers import drive, make_config
 
 

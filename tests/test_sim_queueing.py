@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import pytest
 
+from engine.core.shapes import TINY
 from loopserve.runs.metrics import summarize
 from loopserve.workloads import build_source
 from sim import make_cost_model, simulate
-from sim.shapes import TINY
 from tests.helpers import make_config
 
 CORE_CALL_S = 0.001

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import pytest
 
+from engine.core.shapes import TINY
 from loopserve.workloads import build_source
 from sim import NO_MIXED_CALL, check, make_cost_model, simulate
-from sim.shapes import TINY
 from tests.helpers import make_config
 
 ARMS = ("atomic", "per_depth", "mixed")

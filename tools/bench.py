@@ -26,11 +26,11 @@ from typing import Any
 import simpy
 
 from engine.core import CacheConfig, EngineConfig, SchedulerConfig
+from engine.core.shapes import MODEL_SHAPES
 from loopserve.outputs.env_info import git_commit, native_build, package_versions
 from loopserve.outputs.files import staged_dir
 from loopserve.workloads import build_source
 from sim import make_cost_model, simulate
-from sim.shapes import MODEL_SHAPES
 
 TARGET_CORE_CALLS_S = 50_000
 MODEL = "ouro-1.4b"

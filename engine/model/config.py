@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from engine.core.config import ModelShape
+from engine.core.shapes import shape_from_hf
 
 # HF fields we read; anything else in config.json (auto_map, torch_dtype, ...) is ignored.
 _HF_FIELDS = (
@@ -22,6 +23,11 @@ _HF_FIELDS = (
     "max_position_embeddings",
     "total_ut_steps",
     "tie_word_embeddings",
+    "initializer_range",
+)
+# Those beyond the shape (``engine.core.shapes.shape_from_hf`` reads the rest).
+_EXTRA_FIELDS = (
+    "rope_theta", "rms_norm_eps", "max_position_embeddings", "tie_word_embeddings",
     "initializer_range",
 )
 
@@ -78,18 +84,29 @@ class OuroConfig:
         return dataclasses.replace(self, **changes)
 
     @classmethod
+    def from_shape(cls, shape: ModelShape, **extra: Any) -> OuroConfig:
+        """The config of ``shape`` with the non-shape fields in ``extra`` (rope, init)."""
+        return cls(
+            vocab_size=shape.vocab_size,
+            hidden_size=shape.hidden_size,
+            num_hidden_layers=shape.num_layers,
+            num_attention_heads=shape.num_heads,
+            num_key_value_heads=shape.num_kv_heads,
+            head_dim=shape.head_dim,
+            intermediate_size=shape.intermediate_size,
+            total_ut_steps=shape.num_depths,
+            **extra,
+        )
+
+    @classmethod
     def from_hf_dict(cls, raw: dict[str, Any]) -> OuroConfig:
-        """Build from a parsed HF config.json (head_dim defaults to hidden / heads)."""
-        missing = [
-            k for k in ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads",
-                        "intermediate_size") if k not in raw
-        ]
-        if missing:
-            raise ValueError(f"config.json: missing field {missing[0]!r}")
-        fields = {k: raw[k] for k in _HF_FIELDS if raw.get(k) is not None}
-        fields.setdefault("num_key_value_heads", raw["num_attention_heads"])
-        fields.setdefault("head_dim", raw["hidden_size"] // raw["num_attention_heads"])
-        return cls(**fields)
+        """Build from a parsed HF config.json: the shape as ``shape_from_hf`` reads it, plus
+        the fields beyond the shape that are present."""
+        try:
+            shape = shape_from_hf(raw)
+        except ValueError as err:
+            raise ValueError(f"config.json: {err}") from None
+        return cls.from_shape(shape, **{k: raw[k] for k in _EXTRA_FIELDS if raw.get(k) is not None})
 
     def to_hf_dict(self) -> dict[str, Any]:
         """config.json content in HF layout (remote-code Ouro)."""

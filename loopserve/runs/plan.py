@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 
 from engine.core.config import EngineConfig, ModelShape
 from engine.core.records import ArrivalSource
+from engine.core.shapes import MODEL_SHAPES
 from loopserve.errors import UserError
 from loopserve.runs.sweep import SweepPoint, expand, reference_point
 from loopserve.schema.build import engine_config, lifetime_bound, model_shape
@@ -21,7 +22,6 @@ from loopserve.workloads import build_source
 from sim.cost import make_cost_model
 from sim.cost.base import CostModel
 from sim.cost.resolve import resolve_cost
-from sim.shapes import MODEL_SHAPES
 
 TARGETS = ("sim", "cpu", "cuda")
 

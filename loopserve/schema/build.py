@@ -13,18 +13,9 @@ from pathlib import Path
 from typing import Any
 
 from engine.core.config import CacheConfig, EngineConfig, ExitConfig, ModelShape, SchedulerConfig
+from engine.core.shapes import MODEL_SHAPES, shape_from_hf
 from loopserve.errors import UserError
 from loopserve.schema.scenario import Scenario
-from sim.shapes import MODEL_SHAPES
-
-# HF config.json keys -> ModelShape fields (Ouro names; head_dim derived when absent).
-_HF_KEYS = {
-    "num_layers": "num_hidden_layers",
-    "hidden_size": "hidden_size",
-    "num_heads": "num_attention_heads",
-    "intermediate_size": "intermediate_size",
-    "vocab_size": "vocab_size",
-}
 
 
 def model_shape(model: str) -> ModelShape:
@@ -36,16 +27,9 @@ def model_shape(model: str) -> ModelShape:
         cfg = json.loads(path.read_text())
     except (OSError, json.JSONDecodeError) as err:
         raise UserError("model", f"{path}: cannot read checkpoint config ({err})") from None
-    missing = [key for key in _HF_KEYS.values() if key not in cfg]
-    if missing:
-        raise UserError("model", f"{path}: missing key(s) {', '.join(missing)}")
-    fields: dict[str, Any] = {name: cfg[key] for name, key in _HF_KEYS.items()}
-    fields["num_kv_heads"] = cfg.get("num_key_value_heads", cfg["num_attention_heads"])
-    fields["head_dim"] = cfg.get("head_dim") or cfg["hidden_size"] // cfg["num_attention_heads"]
-    fields["num_depths"] = cfg.get("total_ut_steps", 4)
     try:
-        return ModelShape(**fields)
-    except (TypeError, ValueError) as err:
+        return shape_from_hf(cfg)
+    except ValueError as err:
         raise UserError("model", f"{path}: {err}") from None
 
 

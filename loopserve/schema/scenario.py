@@ -16,8 +16,8 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, create_model, field_validator, model_validator
 
 from engine.core.config import ExitMode, SchedulerConfig, resolve_arm
+from engine.core.shapes import MODEL_SHAPES
 from loopserve.workloads import WorkloadSpec
-from sim.shapes import MODEL_SHAPES
 
 Scalar = bool | int | float | str
 SIGNAL_EXIT_MODES = ("ouro", "ouro_delayed", "random_lookahead")

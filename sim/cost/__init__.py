@@ -10,6 +10,7 @@ from engine.core import _native
 _native.activate(__name__, __path__)
 
 from engine.core.config import ModelShape
+from engine.core.shapes import shape_name
 from sim.cost.base import HARDWARE, CostModel, HardwarePreset, get_hardware, item_context
 from sim.cost.calibrated import (
     PROFILE_FORMAT,
@@ -23,7 +24,6 @@ from sim.cost.calibrated import (
 from sim.cost.constant import ConstantCost
 from sim.cost.features import FEATURE_NAMES, STAGE_KINDS, batch_features
 from sim.cost.roofline import RooflineCost
-from sim.shapes import shape_name
 
 COST_KINDS: tuple[str, ...] = ("constant", "roofline", "calibrated")
 
