@@ -1,0 +1,9 @@
+"""The real engine (model, runner, LLM facade) over the pure scheduling core ``engine.core``.
+
+Importing ``engine`` installs the mypyc build of ``engine.core`` and the simulator's per-step
+modules when it is fresh (``engine._native``); Python runs this before ``engine.core``.
+"""
+
+from engine import _native
+
+_native.install()

@@ -1,13 +1,11 @@
 """The SimPy simulator: driver, executor, cost models, exit signals and run validity.
 
 Importing ``sim`` never imports torch. The per-step modules (executor, roofline cost) load
-from the mypyc build when it is fresh (``engine.core._native``).
+from the mypyc build when it is fresh: importing ``engine.core`` first installs it
+(``engine/__init__.py``).
 """
 
-from engine.core import _native
-
-_native.activate(__name__, __path__)
-
+import engine.core  # noqa: F401  (first: installs the native build before sim's modules load)
 from engine.core.shapes import MODEL_SHAPES, get_shape
 from sim.cost import CostModel, make_cost_model
 from sim.driver import simulate

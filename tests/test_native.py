@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from engine.core import _native
+from engine import _native
 
 EXPECT_NATIVE = os.environ.get("LOOPSERVE_EXPECT_NATIVE") == "1"  # set by `make test`
 
@@ -30,6 +30,8 @@ def _tree(tmp_path: Path, *, tag: str | None = None, digest: str | None = None) 
     }
     (native / _native.MANIFEST).write_text(json.dumps(manifest))
     (native / f"{_native.GROUP_NAME}__mypyc.so").write_bytes(b"")
+    (native / "pkg").mkdir()
+    (native / "pkg" / "mod.so").write_bytes(b"")
     return root
 
 
@@ -61,6 +63,9 @@ def test_other_python_missing_or_corrupt_build_or_opt_out(
     native = root / "build" / "native"
     (native / f"{_native.GROUP_NAME}__mypyc.so").unlink()
     assert _native.check(native, root) == "incomplete build (make native)"
+    (native / f"{_native.GROUP_NAME}__mypyc.so").write_bytes(b"")
+    (native / "pkg" / "mod.so").unlink()  # a module of the manifest without its extension
+    assert _native.check(native, root) == "incomplete build (make native)"
     (native / _native.MANIFEST).write_text("{not json")
     assert _native.check(native, root) == "not built (make native)"
     (native / _native.MANIFEST).unlink()
@@ -74,6 +79,7 @@ def test_the_build_is_in_use_under_make_test() -> None:
     if not EXPECT_NATIVE:
         pytest.skip("run by `make test`, which builds native first (LOOPSERVE_EXPECT_NATIVE=1)")
     import engine.core.scheduler
+    import sim.cost.calibrated
     import sim.cost.roofline
     import sim.executor
 
@@ -82,6 +88,8 @@ def test_the_build_is_in_use_under_make_test() -> None:
         assert mod.__file__ is not None
         assert Path(mod.__file__).suffix == ".so", mod.__file__
         assert Path(mod.__file__).is_relative_to(_native.NATIVE_DIR)
+    assert sim.cost.calibrated.__file__ is not None  # not in the build: from its source
+    assert Path(sim.cost.calibrated.__file__).suffix == ".py"
 
 
 def test_console_scripts_find_every_module(tmp_path: Path) -> None:
@@ -92,7 +100,7 @@ def test_console_scripts_find_every_module(tmp_path: Path) -> None:
         "import sys; sys.path[:] = [p for p in sys.path if p not in ('', '.')]\n"
         "import engine.core.batch\n"
         "import sim.cost.calibrated, sim.driver, loopserve.fidelity.compare\n"
-        "from engine.core import _native\n"
+        "from engine import _native\n"
         "print(_native.active(), str(_native.NATIVE_DIR) in sys.path)\n"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
@@ -102,7 +110,8 @@ def test_console_scripts_find_every_module(tmp_path: Path) -> None:
 
 _RUN = """
 import hashlib, sys
-from engine.core import CacheConfig, EngineConfig, ExitConfig, SchedulerConfig, _native
+from engine import _native
+from engine.core import CacheConfig, EngineConfig, ExitConfig, SchedulerConfig
 from loopserve.workloads import build_source
 from sim import make_cost_model, make_signal_fn, simulate
 from engine.core.shapes import MODEL_SHAPES

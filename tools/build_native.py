@@ -4,7 +4,7 @@ The core is mypy-strict Python; mypyc turns its classes into C structs and its m
 C functions, which is what lets the simulator reach its speed target (``make bench``). The
 Python sources stay the reference: the compiled modules in ``build/native`` are loaded only
 while its manifest matches the sources byte for byte and the running Python, and
-``LOOPSERVE_NATIVE=0`` turns them off (``engine/core/_native.py``).
+``LOOPSERVE_NATIVE=0`` turns them off (``engine/_native.py``).
 
 The build goes to a temp dir beside ``build/native`` and is renamed into place when complete.
 """
@@ -21,7 +21,7 @@ import time
 from pathlib import Path
 
 os.environ["LOOPSERVE_NATIVE"] = "0"  # build from the sources, whatever build is there now
-from engine.core._native import (  # noqa: E402
+from engine._native import (  # noqa: E402
     GROUP_NAME,
     MANIFEST,
     NATIVE_DIR,
@@ -30,7 +30,7 @@ from engine.core._native import (  # noqa: E402
     source_path,
 )
 
-# Not compiled: package __init__s and _native (they choose what to load), errors (compiled
+# Not compiled: package __init__s, errors (compiled
 # classes cannot subclass builtin exceptions), config (the scenario schema reads its dataclass
 # annotations; built once per run), executor (a Protocol, no code), and the rest of sim
 # (cost models other than the roofline, exit models, validity: once per run).

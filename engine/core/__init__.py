@@ -1,11 +1,6 @@
 """The pure scheduling core: no torch, no simpy, no clock (``now`` is passed in).
 
-Compiled with mypyc when ``make native`` has built it (``engine.core._native``)."""
-
-from engine.core import _native
-
-_native.activate(__name__, __path__)
-
+Compiled with mypyc when ``make native`` has built it (loaded by ``engine._native``)."""
 
 from engine.core.batch import Batch, FinalizeOp, Housekeeping, ItemKind, ScheduledItem
 from engine.core.block_manager import BlockManager

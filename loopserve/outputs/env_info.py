@@ -15,7 +15,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-from engine.core import _native
+from engine import _native
 
 _PACKAGES = ("loopserve", "numpy", "pandas", "pydantic", "simpy", "matplotlib", "pyyaml", "tqdm")
 _REPO = Path(__file__).resolve().parents[2]

@@ -5,10 +5,6 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from engine.core import _native
-
-_native.activate(__name__, __path__)
-
 from engine.core.config import ModelShape
 from engine.core.shapes import shape_name
 from sim.cost.base import HARDWARE, CostModel, HardwarePreset, get_hardware, item_context

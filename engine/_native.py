@@ -6,20 +6,26 @@ manifest names this Python and every source it was built from (the compiled modu
 of ``engine/core``, whose types they read) matches the file on disk, byte for byte, and
 then for all of its modules or none (compiled modules reach into each other's C structs), so
 an edited source can never hide behind an old binary. ``LOOPSERVE_NATIVE=0`` forces the
-sources. Each package with compiled modules calls ``activate`` before importing them.
+sources. ``engine/__init__.py`` calls ``install`` once, before ``engine.core`` (and so before
+``sim``, which imports ``engine.core`` first) is imported: a finder on ``sys.meta_path`` then
+loads every module the manifest names from the build, and nothing else.
 """
 
 from __future__ import annotations
 
 import hashlib
+import importlib.abc
+import importlib.machinery
 import importlib.util
 import json
 import os
 import sys
 import warnings
+from collections.abc import Sequence
 from pathlib import Path
+from types import ModuleType
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
+REPO_ROOT = Path(__file__).resolve().parents[1]
 NATIVE_DIR = REPO_ROOT / "build" / "native"
 MANIFEST = "manifest.json"
 GROUP_NAME = "loopserve_native"
@@ -50,6 +56,8 @@ def check(native_dir: Path = NATIVE_DIR, root: Path = REPO_ROOT) -> str:
         return f"built for {tag}, running {sys.implementation.cache_tag}"
     if len(list(native_dir.glob(f"{GROUP_NAME}__mypyc.*"))) != 1:
         return "incomplete build (make native)"
+    if any(extension_path(m, native_dir) is None for m in manifest.get("modules", ())):
+        return "incomplete build (make native)"
     for rel, digest in items:
         source = root / rel
         if not source.exists() or source_digest(source) != digest:
@@ -73,14 +81,40 @@ def active() -> bool:
     return reason() == ""
 
 
-def activate(package: str, package_path: list[str]) -> None:
-    """Put ``package``'s compiled modules ahead of its sources when the build is usable."""
-    if not active():
+def extension_path(module: str, native_dir: Path = NATIVE_DIR) -> Path | None:
+    """The compiled extension of ``module`` in ``native_dir``, or None."""
+    base = native_dir.joinpath(*module.split("."))
+    for suffix in importlib.machinery.EXTENSION_SUFFIXES:
+        path = base.with_name(base.name + suffix)
+        if path.is_file():
+            return path
+    return None
+
+
+class _NativeFinder(importlib.abc.MetaPathFinder):
+    """Finds the compiled modules of the build; every other import falls through."""
+
+    def __init__(self, modules: dict[str, Path]) -> None:
+        self.modules = modules
+
+    def find_spec(
+        self, fullname: str, path: Sequence[str] | None, target: ModuleType | None = None
+    ) -> importlib.machinery.ModuleSpec | None:
+        file = self.modules.get(fullname)
+        if file is None:
+            return None
+        return importlib.util.spec_from_file_location(fullname, file)
+
+
+def install() -> None:
+    """Load the build's modules ahead of their sources when it is usable (idempotent; call
+    before any of them is imported)."""
+    if not active() or any(isinstance(f, _NativeFinder) for f in sys.meta_path):
         return
+    manifest = json.loads((NATIVE_DIR / MANIFEST).read_text())
+    modules = {m: extension_path(m) for m in manifest["modules"]}
     _load_group()
-    native = NATIVE_DIR.joinpath(*package.split("."))
-    if native.is_dir() and str(native) not in package_path:
-        package_path.insert(0, str(native))
+    sys.meta_path.insert(0, _NativeFinder({m: p for m, p in modules.items() if p is not None}))
 
 
 def _load_group() -> None:
