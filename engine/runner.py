@@ -27,8 +27,8 @@ from engine.kv_cache import KVCache
 from engine.model.build import default_dtype
 from engine.model.lookahead import LookaheadHead
 from engine.model.ouro import OuroForCausalLM
-from engine.prompt_pool import DecodeStatePool, PromptStatePool
 from engine.sampling import sample
+from engine.state_buffers import DecodeStateBuffers, PromptStateBuffers
 from engine.uploads import upload_ints
 from kernels.attention import AttentionMetadata, get_backend
 
@@ -59,7 +59,7 @@ class ModelRunner:
         self,
         model: OuroForCausalLM,
         engine_cfg: EngineConfig,
-        kv_block_manager: BlockManager | None = None,
+        block_manager: BlockManager | None = None,
         device: torch.device | str = "cpu",
         dtype: torch.dtype | None = None,
         attention_backend: str = "torch",
@@ -80,7 +80,7 @@ class ModelRunner:
         # reads results back (gate signals, sampled tokens).
         self.sync_steps = sync_steps
         self.num_depths = shape.num_depths
-        self.kv = kv_block_manager
+        self.block_manager = block_manager
         self.params_fn: ParamsFn | None = None
         self.fail_on_step: int | None = None
         self.hidden_hook: HiddenHook | None = None
@@ -99,10 +99,10 @@ class ModelRunner:
 
     def _allocate_states(self, cfg: EngineConfig) -> None:
         sched, hidden = cfg.scheduler, cfg.model.hidden_size
-        self.prompt_pool = PromptStatePool(
+        self.prompt_states = PromptStateBuffers(
             sched.max_num_seqs, sched.effective_chunk_size, hidden, self.device, self.dtype
         )
-        self.decode_states = DecodeStatePool(sched.max_num_seqs, hidden, self.device, self.dtype)
+        self.decode_states = DecodeStateBuffers(sched.max_num_seqs, hidden, self.device, self.dtype)
 
     def bind(self, core: EngineCore) -> None:
         """Serve ``core`` from now on: its block manager and request params; fresh state
@@ -115,7 +115,7 @@ class ModelRunner:
             self._allocate_states(self.cfg)
         else:
             self._allocate(self.cfg)
-        self.kv = core.kv
+        self.block_manager = core.block_manager
         requests = core.requests
 
         def params(request_id: str, generation: int) -> SamplingParams | None:
@@ -127,9 +127,9 @@ class ModelRunner:
     def release(self, housekeeping: Housekeeping) -> None:
         """Apply finalize copies, then free released prompt states and request states."""
         if housekeeping.finalize:
-            self.kv_cache.finalize(housekeeping.finalize, self._block_manager())
+            self.kv_cache.finalize(housekeeping.finalize, self._bound_block_manager())
         for handle in housekeeping.released_handles:
-            self.prompt_pool.release(handle)
+            self.prompt_states.release(handle)
         for key in housekeeping.released_requests:
             self.decode_states.release(key)
 
@@ -157,10 +157,10 @@ class ModelRunner:
             return RecurrentResult(batch.step_id, signals)
         return StepResult(batch.step_id)
 
-    def _block_manager(self) -> BlockManager:
-        if self.kv is None:
+    def _bound_block_manager(self) -> BlockManager:
+        if self.block_manager is None:
             raise RuntimeError("ModelRunner: no block manager; call bind(core) first")
-        return self.kv
+        return self.block_manager
 
     def _params(self, item: ScheduledItem) -> SamplingParams:
         """CODA items carry their params; otherwise ask the bound core."""
@@ -197,7 +197,7 @@ class ModelRunner:
     def _prepare_batch(self, pairs: CallPairs) -> PreparedCall:
         """Metadata for one core call over (item, depth) pairs in row order (decode first)."""
         t0 = time.perf_counter()
-        kv = self._block_manager()
+        kv = self._bound_block_manager()
         block_size = kv.block_size
         positions: list[int] = []
         slots: list[int] = []
@@ -264,7 +264,7 @@ class ModelRunner:
                     rows = self.model.prelude(upload_ints(item.token_ids, self.device))
                 else:
                     assert item.prompt_state is not None
-                    rows = self.prompt_pool.read(item.prompt_state, item.num_tokens)
+                    rows = self.prompt_states.read(item.prompt_state, item.num_tokens)
             parts.append(rows)
         return parts[0] if len(parts) == 1 else torch.cat(parts)
 
@@ -298,7 +298,7 @@ class ModelRunner:
             rows = work[id(item)]
             if item.depth + item.num_depths < self.num_depths:
                 assert item.prompt_state is not None
-                self.prompt_pool.write(item.prompt_state, rows)
+                self.prompt_states.write(item.prompt_state, rows)
             elif item.is_last_chunk:
                 slot = self.decode_states.slot_or_new(item.key)
                 self.decode_states.hidden[slot] = rows[-1]

@@ -62,7 +62,7 @@ def drive(core: EngineCore, ex: FakeExecutor, max_steps: int = 10_000, check: bo
         out.batches.append(batch)
         out.events.extend(core.apply(batch, result, now))
         if check:
-            core.kv.check_integrity()
+            core.block_manager.check_integrity()
     else:
         raise AssertionError(f"did not drain within {max_steps} steps")
     ex.execute(Batch(-1, batch.stage, (), core.take_housekeeping())) if out.batches else None

@@ -32,9 +32,9 @@ def _mid_prompt(arm: str = "mixed") -> tuple[EngineCore, FakeExecutor, Batch]:
 
 
 def _assert_all_returned(core: EngineCore) -> None:
-    assert core.kv.num_used_blocks == 0 and core.kv.num_reserved_blocks == 0
+    assert core.block_manager.num_used_blocks == 0 and core.block_manager.num_reserved_blocks == 0
     assert core.prompt_states.num_in_use == 0
-    core.kv.check_integrity()
+    core.block_manager.check_integrity()
 
 
 def test_abort_mid_prompt_releases_handle_and_blocks() -> None:
@@ -148,15 +148,15 @@ def test_incremental_allocation_grows_with_depth0_work() -> None:
     key = ("r", 0)
     b = core.schedule(0.0)
     assert b is not None
-    assert core.kv.capacity_tokens(key) == 8  # the first chunk only, the rest reserved
-    assert core.kv.num_reserved_blocks == (6 - 2) * 4  # 24 lifetime tokens -> 6 per plane
+    assert core.block_manager.capacity_tokens(key) == 8  # the first chunk only, the rest reserved
+    assert core.block_manager.num_reserved_blocks == (6 - 2) * 4  # 24 lifetime tokens -> 6 per plane
     core.apply(b, ex.execute(b), 1.0)
     used = []
     now = 1.0
     while core.has_work():
         b = core.schedule(now)
         assert b is not None
-        used.append(core.kv.capacity_tokens(key) if core.kv.holds(key) else 0)
+        used.append(core.block_manager.capacity_tokens(key) if core.block_manager.holds(key) else 0)
         core.apply(b, ex.execute(b), now + 1)
         now += 1
     assert used == sorted(used) and max(used) == 24

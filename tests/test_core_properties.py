@@ -88,10 +88,10 @@ def run_arm(w: dict, arm: str) -> dict[str, tuple]:
         assert core.prompt_states.num_in_use <= cfg.scheduler.max_num_seqs
         seen_handles.update(it.prompt_state.handle_id for it in batch.items if it.prompt_state)
         core.apply(batch, ex.execute(batch), float(step))
-        core.kv.check_integrity()
+        core.block_manager.check_integrity()
     final = core.take_housekeeping()
     ex.execute(Batch(-1, Stage.PRELUDE, (), final))
-    assert core.kv.num_used_blocks == 0 and core.kv.num_reserved_blocks == 0
+    assert core.block_manager.num_used_blocks == 0 and core.block_manager.num_reserved_blocks == 0
     assert core.prompt_states.num_in_use == 0
     assert seen_handles <= ex.released_handles  # the runner side was told about every one
     out = {}

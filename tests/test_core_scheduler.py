@@ -158,7 +158,7 @@ def test_priority_admission_and_bypass_limit() -> None:
                                   max_admission_bypasses=1))
     core.add_request("run", [1], SamplingParams(max_tokens=2), 0.0)
     core.scheduler.admit()
-    assert core.kv.num_used_blocks == 8
+    assert core.block_manager.num_used_blocks == 8
     core.add_request("long", list(range(4)), SamplingParams(max_tokens=2), 1.0)
     core.add_request("s1", [1], SamplingParams(max_tokens=1), 1.0)
     core.add_request("s2", [1], SamplingParams(max_tokens=1), 1.0)

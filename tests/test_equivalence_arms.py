@@ -73,7 +73,7 @@ def test_arms_and_serial_agree_on_tokens_and_exit_depths(mode: str) -> None:
         llm = make_llm(model, arm, exit_cfg)
         logs[arm] = _BatchLog(llm)
         results[arm] = outputs_key(llm.generate(PROMPTS, params))
-        assert llm.core.kv.num_used_blocks == 0
+        assert llm.core.block_manager.num_used_blocks == 0
     expected = serial(model, PROMPTS, params, exit_cfg)
     for arm in ARMS:
         assert results[arm] == expected, f"{arm} differs from the serial run"
@@ -123,6 +123,6 @@ def test_scheduler_and_cache_variants_match_serial(variant: str) -> None:
     log = _BatchLog(llm)
     got = outputs_key(llm.generate(PROMPTS, params))
     assert got == serial(model, PROMPTS, params, exit_cfg)
-    assert llm.core.kv.num_used_blocks == 0
+    assert llm.core.block_manager.num_used_blocks == 0
     if variant == "prompt_shortcut":
         assert any(b.stage.value == "PREFILL" and b.core_calls > 1 for b in log.batches)

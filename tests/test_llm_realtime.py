@@ -69,8 +69,8 @@ def test_realtime_replays_arrivals_on_wall_clock_and_matches_generate() -> None:
     assert len(timings) == len(records.steps)
     assert all(t.schedule_s > 0 and t.prepare_s >= 0 for t in timings)
     assert any(t.prepare_s > 0 for t in timings if t.core_calls)
-    assert llm.core.kv.num_used_blocks == 0  # the LLM's own core: untouched by the run
-    assert llm.runner.decode_states.num_in_use == 0 and llm.runner.prompt_pool.num_in_use == 0
+    assert llm.core.block_manager.num_used_blocks == 0  # the LLM's own core: untouched by the run
+    assert llm.runner.decode_states.num_in_use == 0 and llm.runner.prompt_states.num_in_use == 0
 
 
 def test_triggered_arrival_comes_at_the_token_time_and_validity_is_recorded() -> None:
@@ -105,7 +105,7 @@ def test_batch_failure_is_routed_to_core_fail_and_the_run_continues() -> None:
     reasons = {r.request_id: r.finish_reason for r in records.requests}
     assert reasons == {"0": "length", "1": "length", "2": "error"}
     assert [s.step for s in records.steps] == list(range(len(records.steps)))
-    assert runner.decode_states.num_in_use == 0 and runner.prompt_pool.num_in_use == 0
+    assert runner.decode_states.num_in_use == 0 and runner.prompt_states.num_in_use == 0
     # The same runner serves a fresh run (new core) with identical results.
     runner.fail_on_step = None
     again = [run_realtime(cfg, ListSource([_spec("x", [5, 6, 7], 0.0)]), runner)

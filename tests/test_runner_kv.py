@@ -21,7 +21,7 @@ def _prompt_kv(llm: LLM, request_id: str, prompt_len: int) -> torch.Tensor:
     cache = llm.runner.kv_cache
     out = []
     for d in range(D):
-        table = llm.core.kv.block_table(key, d)
+        table = llm.core.block_manager.block_table(key, d)
         per_layer = []
         for layer in range(cache.num_layers):
             kv = [torch.stack(pair) for pair in zip(
@@ -68,7 +68,7 @@ class _FinalizeCheck:
         def release(hk: Housekeeping) -> None:
             inner(hk)
             self.ops.extend(hk.finalize)
-            cache, kv = runner.kv_cache, llm.core.kv
+            cache, kv = runner.kv_cache, llm.core.block_manager
             for op in hk.finalize:
                 key = (op.request_id, op.generation)
                 if not kv.holds(key):

@@ -15,12 +15,12 @@ PARAMS = SamplingParams(max_tokens=5)
 
 def _assert_all_returned(llm: LLM) -> None:
     llm.drain()
-    assert llm.core.kv.num_used_blocks == 0
-    assert llm.core.kv.num_reserved_blocks == 0
+    assert llm.core.block_manager.num_used_blocks == 0
+    assert llm.core.block_manager.num_reserved_blocks == 0
     assert llm.core.prompt_states.num_in_use == 0
-    assert llm.runner.prompt_pool.num_in_use == 0
+    assert llm.runner.prompt_states.num_in_use == 0
     assert llm.runner.decode_states.num_in_use == 0
-    llm.core.kv.check_integrity()
+    llm.core.block_manager.check_integrity()
 
 
 def _run_to_end(llm: LLM, max_steps: int = 2000) -> None:
@@ -47,7 +47,7 @@ def test_abort_mid_prompt_returns_handles_and_blocks(arm: str) -> None:
     for _ in range(200):
         llm.step()
         item = victim.prompt_item
-        if item is not None and 1 <= item.depth < 4 and llm.runner.prompt_pool.num_in_use:
+        if item is not None and 1 <= item.depth < 4 and llm.runner.prompt_states.num_in_use:
             break
     else:
         raise AssertionError("the long prompt never sat between depths")

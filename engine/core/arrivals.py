@@ -23,8 +23,8 @@ def injection_problem(core: EngineCore, spec: ArrivalSpec, now_s: float) -> str 
             f"injected request {spec.request_id} found no free slot at t={now_s:.6f}s "
             f"(num_running {core.num_running} == max_num_seqs {max_num_seqs})"
         )
-    need = core.kv.blocks_for(len(spec.prompt_token_ids) + spec.params.max_tokens - 1)
-    free = core.kv.num_free_blocks
+    need = core.block_manager.blocks_for(len(spec.prompt_token_ids) + spec.params.max_tokens - 1)
+    free = core.block_manager.num_free_blocks
     if need > free:
         return (
             f"injected request {spec.request_id} found no KV capacity at t={now_s:.6f}s "

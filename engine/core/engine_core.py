@@ -23,7 +23,7 @@ from engine.core.config import EngineConfig
 from engine.core.errors import StaleResultError
 from engine.core.exits import make_decider, validate_trace
 from engine.core.policies import make_policy
-from engine.core.prompt_state import PromptStatePool
+from engine.core.prompt_state import PromptStateHandles
 from engine.core.request import PromptItem, Request, SamplingParams, Stage
 from engine.core.results import CodaResult, RecurrentResult, StepResult, TokenEvent, result_matches
 from engine.core.scheduler import Scheduler
@@ -35,10 +35,10 @@ class EngineCore:
     def __init__(self, cfg: EngineConfig) -> None:
         self.cfg = cfg
         self.num_depths = cfg.model.num_depths
-        self.kv = BlockManager(cfg.cache, self.num_depths)
-        self.prompt_states = PromptStatePool(cfg.scheduler.max_num_seqs)
+        self.block_manager = BlockManager(cfg.cache, self.num_depths)
+        self.prompt_states = PromptStateHandles(cfg.scheduler.max_num_seqs)
         self.waiting = WaitingQueue(cfg.scheduler)
-        self.scheduler = Scheduler(cfg, self.kv, self._admit)
+        self.scheduler = Scheduler(cfg, self.block_manager, self._admit)
         self.policy = make_policy(cfg.scheduler.arm)
         self.requests: dict[str, Request] = {}  # every unfinished request, waiting or running
         self.running: dict[str, Request] = {}
@@ -77,11 +77,11 @@ class EngineCore:
             request_id, list(prompt_token_ids), params, arrival_s, priority,
             generation=self._next_generation, exit=exit_cfg, arrival_seq=self._next_arrival,
         )
-        if not self.kv.can_ever_fit(req.lifetime_tokens):
+        if not self.block_manager.can_ever_fit(req.lifetime_tokens):
             raise ValueError(
                 f"request {request_id!r}: {req.lifetime_tokens} tokens need "
-                f"{self.kv.blocks_for(req.lifetime_tokens)} KV blocks but the cache has "
-                f"{self.kv.num_blocks}; shorten it or raise cache.num_blocks"
+                f"{self.block_manager.blocks_for(req.lifetime_tokens)} KV blocks but the cache has "
+                f"{self.block_manager.num_blocks}; shorten it or raise cache.num_blocks"
             )
         req.decider = make_decider(
             exit_cfg, self.num_depths, request_key=request_id, trace=trace, seed=params.seed
@@ -123,7 +123,7 @@ class EngineCore:
             now = min(req.num_prompt_tokens, self.cfg.scheduler.effective_chunk_size)
         else:
             now = req.lifetime_tokens
-        return self.kv.allocate(key, now, req.lifetime_tokens)
+        return self.block_manager.allocate(key, now, req.lifetime_tokens)
 
     def _admit(self) -> list[Request]:
         free_slots = self.cfg.scheduler.max_num_seqs - len(self.running)
@@ -252,13 +252,13 @@ class EngineCore:
 
     def _apply_decode(self, req: Request, item: ScheduledItem, signal: float | None) -> None:
         key = (req.request_id, req.generation)
-        self.kv.mark_token(key, item.depth, item.position)
+        self.block_manager.mark_token(key, item.depth, item.position)
         req.loops_done = loops = item.depth + 1
         assert req.decider is not None
         if not req.decider.after_depth(loops, signal):
             self.scheduler.recurrent.append(req)
             return
-        targets = self.kv.finalize(key, item.position, item.depth)
+        targets = self.block_manager.finalize(key, item.position, item.depth)
         if targets:
             self._finalize.append(
                 FinalizeOp(req.request_id, req.generation, item.position, item.depth, targets)
@@ -271,7 +271,7 @@ class EngineCore:
         end = item.position + item.num_tokens
         last_depth = item.depth + item.num_depths
         for d in range(item.depth, last_depth):
-            self.kv.mark_written(key, d, item.position, end)
+            self.block_manager.mark_written(key, d, item.position, end)
         p = req.prompt_item
         if p is not None:
             p.depth = last_depth
@@ -329,8 +329,8 @@ class EngineCore:
             self.prompt_states.release(req.prompt_item.state)
             req.prompt_item = None
         key = self._key(req)
-        if self.kv.holds(key):
-            self.kv.free(key)
+        if self.block_manager.holds(key):
+            self.block_manager.free(key)
             self._released_requests.append(key)
         req.stage = Stage.FINISHED
         req.finish_reason = reason

@@ -5,7 +5,7 @@ from __future__ import annotations
 from engine.core.request import PromptStateHandle
 
 
-class PromptStatePool:
+class PromptStateHandles:
     """Issues opaque handles (never reusing an id) and counts those alive.
 
     The runner owns the storage, bounded by ``capacity`` x prefill_chunk_size x hidden; it

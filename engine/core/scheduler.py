@@ -22,13 +22,13 @@ class Scheduler:
     def __init__(
         self,
         cfg: EngineConfig,
-        kv: BlockManager,
+        block_manager: BlockManager,
         admit: Callable[[], list[Request]],
     ) -> None:
         self.cfg = cfg
         self.sched = cfg.scheduler
         self.num_depths = cfg.model.num_depths
-        self.kv = kv
+        self.block_manager = block_manager
         self._admit = admit
         self.prefill: list[Request] = []  # admission order (admitted_seq)
         # Lists, not deques: bounded by max_num_seqs, and compiled code reaches list
@@ -66,7 +66,7 @@ class Scheduler:
 
     # ---- takes ---------------------------------------------------------------------------
     def _grow(self, req: Request, num_tokens: int) -> None:
-        if self.cfg.cache.incremental_allocation and not self.kv.ensure_capacity(
+        if self.cfg.cache.incremental_allocation and not self.block_manager.ensure_capacity(
             (req.request_id, req.generation), num_tokens
         ):
             raise RuntimeError(f"request {req.request_id}: reserved KV growth failed")

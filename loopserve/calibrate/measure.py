@@ -123,7 +123,7 @@ class CalibrationRig:
         self.core = EngineCore(cfg)
         self.runner = runner
         runner.bind(self.core)
-        self.kv = self.core.kv
+        self.kv = self.core.block_manager
         self.num_depths = cfg.model.num_depths
         self.vocab = cfg.model.vocab_size
         self.hidden = cfg.model.hidden_size
@@ -176,7 +176,7 @@ class CalibrationRig:
                 handle = PromptStateHandle(next(self._ids), key[0], 0)
                 live.handles.append(handle)
                 if not fused:  # the state an earlier depth left behind
-                    pools.prompt_pool.write(handle, torch.zeros(
+                    pools.prompt_states.write(handle, torch.zeros(
                         p.chunk, self.hidden, device=pools.device, dtype=pools.dtype))
             ids = tuple(self._rng.randrange(self.vocab) for _ in range(p.chunk)) if fused else ()
             items.append(ScheduledItem(
@@ -192,7 +192,7 @@ class CalibrationRig:
             self.kv.free(key)
             self.runner.decode_states.release(key)
         for handle in live.handles:
-            self.runner.prompt_pool.release(handle)
+            self.runner.prompt_states.release(handle)
 
 
 @dataclass

@@ -1,7 +1,7 @@
 """Runner-owned hidden-state storage behind the core's opaque handles.
 
-``PromptStatePool``: one slot of [prefill_chunk_size, hidden] per live prompt item, bounded by
-max_num_seqs (RFC §1). ``DecodeStatePool``: each running request's one-row hidden state.
+``PromptStateBuffers``: one slot of [prefill_chunk_size, hidden] per live prompt item, bounded by
+max_num_seqs (RFC §1). ``DecodeStateBuffers``: each running request's one-row hidden state.
 Both map ids to preallocated slots, so a step gathers and scatters with one indexed op.
 """
 
@@ -27,7 +27,7 @@ class _Slots:
         self._free.append(slot)
 
 
-class PromptStatePool:
+class PromptStateBuffers:
     """Hidden state of prompt items between depths: handle id -> slot.
 
     Handle ids are never reused by the core, so a reused request id cannot reach an old slot.
@@ -75,7 +75,7 @@ class PromptStatePool:
 Key = tuple[str, int]
 
 
-class DecodeStatePool:
+class DecodeStateBuffers:
     """One hidden row per running request, keyed by (request_id, generation)."""
 
     def __init__(
