@@ -5,7 +5,12 @@ from __future__ import annotations
 import pytest
 
 from engine.core import Batch, EngineCore, ItemKind, SamplingParams, Stage
+from engine.core.block_manager import BlockManager
 from engine.core.fake_executor import FakeExecutor
+from engine.core.policies import make_policy
+from engine.core.prompt_state import PromptStateHandles
+from engine.core.request import Request
+from engine.core.scheduler import Scheduler
 from tests.helpers import drive, make_config
 
 
@@ -169,7 +174,7 @@ def test_priority_admission_and_bypass_limit() -> None:
     core2 = EngineCore(make_config("atomic", policy="priority"))
     core2.add_request("low", [1], SamplingParams(max_tokens=1), 0.0, priority=5)
     core2.add_request("high", [1], SamplingParams(max_tokens=1), 0.0, priority=0)
-    assert core2.waiting.admit(1, lambda r: True)[0].request_id == "high"
+    assert core2.scheduler.waiting.admit(1, lambda r: True)[0].request_id == "high"
 
 
 def test_request_that_can_never_fit_is_rejected() -> None:
@@ -203,3 +208,22 @@ def test_failed_batches_do_not_move_the_decode_alternation(arm: str) -> None:
     core.add_request("d2", [1], SamplingParams(max_tokens=3), now + 4)
     assert core.scheduler.decode_due() is False  # no decoder queued yet
     assert core.scheduler.prefill_batches_since_decode == 1
+
+
+def test_the_scheduler_admits_selects_and_requeues_without_a_core() -> None:
+    cfg = make_config("per_depth")
+    s = Scheduler(cfg, BlockManager(cfg.cache, 4), PromptStateHandles(4), make_policy("per_depth"))
+    req = Request("a", [1, 2, 3], SamplingParams(max_tokens=1), 0.0, 0, generation=0,
+                  exit=cfg.exit, arrival_seq=0)
+    s.add(req)
+    sel = s.schedule(2.5)
+    assert sel is not None and sel[0] is Stage.RECURRENT
+    assert [it.request_id for it in sel[1]] == ["a"]
+    assert req.stage is Stage.PREFILL and req.admitted_s == 2.5 and s.running == {"a": req}
+    assert s.prefill == [] and s.prefill_batches_since_decode == 1  # in flight
+    s.undo_fairness()
+    assert s.prefill_batches_since_decode == 0
+    s.requeue(req)
+    assert s.prefill == [req]
+    s.remove(req)
+    assert s.prefill == [] and s.running == {} and len(s.waiting) == 0

@@ -16,7 +16,7 @@ from engine.core.engine_core import EngineCore
 from engine.core.errors import KVIntegrityError, StaleResultError
 from engine.core.executor import Executor
 from engine.core.exits import ExitDecider, make_decider, stable_seed
-from engine.core.policies import AtomicPolicy, MixedPolicy, PerDepthPolicy, Policy
+from engine.core.policies import AtomicPolicy, MixedPolicy, PerDepthPolicy
 from engine.core.request import (
     PromptItem,
     PromptStateHandle,
@@ -25,6 +25,7 @@ from engine.core.request import (
     Stage,
 )
 from engine.core.results import CodaResult, RecurrentResult, StepRecord, StepResult, TokenEvent
+from engine.core.scheduler import Policy, Scheduler
 
 __all__ = [
     "AtomicPolicy",
@@ -51,6 +52,7 @@ __all__ = [
     "RecurrentResult",
     "SamplingParams",
     "ScheduledItem",
+    "Scheduler",
     "SchedulerConfig",
     "StaleResultError",
     "Stage",

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from engine.core.admission import WaitingQueue
 from engine.core.batch import (
     EMPTY_HOUSEKEEPING,
     Batch,
@@ -24,7 +23,7 @@ from engine.core.errors import StaleResultError
 from engine.core.exits import make_decider, validate_trace
 from engine.core.policies import make_policy
 from engine.core.prompt_state import PromptStateHandles
-from engine.core.request import PromptItem, Request, SamplingParams, Stage
+from engine.core.request import Request, SamplingParams, Stage
 from engine.core.results import CodaResult, RecurrentResult, StepResult, TokenEvent, result_matches
 from engine.core.scheduler import Scheduler
 
@@ -37,20 +36,17 @@ class EngineCore:
         self.num_depths = cfg.model.num_depths
         self.block_manager = BlockManager(cfg.cache, self.num_depths)
         self.prompt_states = PromptStateHandles(cfg.scheduler.max_num_seqs)
-        self.waiting = WaitingQueue(cfg.scheduler)
-        self.scheduler = Scheduler(cfg, self.block_manager, self._admit)
-        self.policy = make_policy(cfg.scheduler.arm)
+        self.scheduler = Scheduler(
+            cfg, self.block_manager, self.prompt_states, make_policy(cfg.scheduler.arm)
+        )
         self.requests: dict[str, Request] = {}  # every unfinished request, waiting or running
-        self.running: dict[str, Request] = {}
         self._finished: list[Request] = []
         self._finalize: list[FinalizeOp] = []
         self._released_requests: list[tuple[str, int]] = []
         self._next_generation = 0
         self._next_arrival = 0
-        self._next_admission = 0
         self._next_step = 0
         self._now = 0.0
-        self._fairness_before = (-1, 0)
 
     # ---- requests ------------------------------------------------------------------------
     def add_request(
@@ -89,7 +85,7 @@ class EngineCore:
         self._next_generation += 1
         self._next_arrival += 1
         self.requests[request_id] = req
-        self.waiting.push(req)
+        self.scheduler.add(req)
         return req
 
     def abort(self, request_id: str) -> bool:
@@ -105,57 +101,26 @@ class EngineCore:
 
     @property
     def num_waiting(self) -> int:
-        return len(self.waiting)
+        return len(self.scheduler.waiting)
 
     @property
     def num_running(self) -> int:
-        return len(self.running)
+        return len(self.scheduler.running)
 
     def pop_finished(self) -> list[Request]:
         """Requests finished since the last call (any reason), in finish order."""
         out, self._finished = self._finished, []
         return out
 
-    # ---- admission -----------------------------------------------------------------------
-    def _try_admit(self, req: Request) -> bool:
-        key = (req.request_id, req.generation)
-        if self.cfg.cache.incremental_allocation:
-            now = min(req.num_prompt_tokens, self.cfg.scheduler.effective_chunk_size)
-        else:
-            now = req.lifetime_tokens
-        return self.block_manager.allocate(key, now, req.lifetime_tokens)
-
-    def _admit(self) -> list[Request]:
-        free_slots = self.cfg.scheduler.max_num_seqs - len(self.running)
-        admitted = self.waiting.admit(free_slots, self._try_admit)
-        for req in admitted:
-            req.stage = Stage.PREFILL
-            req.admitted_seq = self._next_admission
-            req.admitted_s = self._now
-            self._next_admission += 1
-            self.running[req.request_id] = req
-            if self.cfg.scheduler.arm != "atomic":
-                self._new_prompt_item(req)
-        return admitted
-
-    def _new_prompt_item(self, req: Request) -> None:
-        start = req.num_prefilled_tokens
-        count = min(self.cfg.scheduler.effective_chunk_size, req.num_prompt_tokens - start)
-        handle = self.prompt_states.acquire(req.request_id, req.generation)
-        req.prompt_item = PromptItem(start, count, state=handle)
-
     # ---- the step ------------------------------------------------------------------------
     def schedule(self, now: float) -> Batch | None:
         """Pick the next batch, or None when nothing can run now."""
         self._now = now
-        fairness_before = self.scheduler.prefill_batches_since_decode
-        sel = self.policy.select(self.scheduler)
-        if sel is None or not sel[1]:
+        sel = self.scheduler.schedule(now)
+        if sel is None:
             return None
-        stage, items = sel
-        batch = Batch(self._next_step, stage, tuple(items), self.take_housekeeping())
+        batch = Batch(self._next_step, sel[0], tuple(sel[1]), self.take_housekeeping())
         self._next_step += 1
-        self._fairness_before = (batch.step_id, fairness_before)
         return batch
 
     def take_housekeeping(self) -> Housekeeping:
@@ -226,11 +191,8 @@ class EngineCore:
     def fail(self, batch: Batch, error: str = "error") -> list[str]:
         """The batch-failure path: its requests finish with reason ``error`` and release all."""
         failed = []
-        step_id, before = self._fairness_before
-        if step_id == batch.step_id:
-            # A failed batch must not move the prefill/decode alternation: a failed prefill
-            # does not use up decode's turn, a failed decode batch leaves decode due.
-            self.scheduler.prefill_batches_since_decode = before
+        if batch.step_id == self._next_step - 1:  # the latest batch: undo its turn
+            self.scheduler.undo_fairness()
         for item in batch.items:
             req = self.requests.get(item.request_id)
             if req is not None and req.generation == item.generation:
@@ -248,7 +210,7 @@ class EngineCore:
         req.loops_done = 0
         assert req.decider is not None
         req.decider.start_token(req.num_output_tokens)
-        self.scheduler.recurrent.append(req)
+        self.scheduler.requeue(req)
 
     def _apply_decode(self, req: Request, item: ScheduledItem, signal: float | None) -> None:
         key = (req.request_id, req.generation)
@@ -256,7 +218,7 @@ class EngineCore:
         req.loops_done = loops = item.depth + 1
         assert req.decider is not None
         if not req.decider.after_depth(loops, signal):
-            self.scheduler.recurrent.append(req)
+            self.scheduler.requeue(req)
             return
         targets = self.block_manager.finalize(key, item.position, item.depth)
         if targets:
@@ -264,7 +226,7 @@ class EngineCore:
                 FinalizeOp(req.request_id, req.generation, item.position, item.depth, targets)
             )
         req.stage = Stage.CODA
-        self.scheduler.coda.append(req)
+        self.scheduler.requeue(req)
 
     def _apply_prompt(self, req: Request, item: ScheduledItem) -> None:
         key = self._key(req)
@@ -277,7 +239,7 @@ class EngineCore:
             p.depth = last_depth
             p.embedded = True
         if last_depth < self.num_depths:
-            self.scheduler.enqueue_prefill(req)
+            self.scheduler.requeue(req)
             return
         if p is not None and p.state is not None:
             self.prompt_states.release(p.state)
@@ -285,14 +247,12 @@ class EngineCore:
         req.num_prefilled_tokens = end
         req.position = end
         if end < req.num_prompt_tokens:
-            if self.cfg.scheduler.arm != "atomic":
-                self._new_prompt_item(req)
-            self.scheduler.enqueue_prefill(req)
+            self.scheduler.next_chunk(req)
             return
         req.loops_done = self.num_depths
         req.position = end - 1  # CODA samples from the last prompt position
         req.stage = Stage.CODA
-        self.scheduler.coda.append(req)
+        self.scheduler.requeue(req)
 
     def _apply_coda(self, req: Request, token_id: int, now: float) -> TokenEvent:
         index = req.num_output_tokens
@@ -307,7 +267,7 @@ class EngineCore:
             self._finish(req, reason)
         else:
             req.stage = Stage.PRELUDE
-            self.scheduler.prelude.append(req)
+            self.scheduler.requeue(req)
         return TokenEvent(
             req.request_id, index, now, int(token_id), exit_depth, reason is not None, reason
         )
@@ -321,10 +281,7 @@ class EngineCore:
         return None
 
     def _finish(self, req: Request, reason: str) -> None:
-        if req.stage is Stage.WAITING:
-            self.waiting.remove(req)
-        else:
-            self.scheduler.remove(req)
+        self.scheduler.remove(req)
         if req.prompt_item is not None and req.prompt_item.state is not None:
             self.prompt_states.release(req.prompt_item.state)
             req.prompt_item = None
@@ -336,5 +293,4 @@ class EngineCore:
         req.finish_reason = reason
         req.finish_s = self._now
         self.requests.pop(req.request_id, None)
-        self.running.pop(req.request_id, None)
         self._finished.append(req)

@@ -1,25 +1,10 @@
-"""The three arms (DESIGN.md §6). A policy picks one batch's stage and items per step."""
+"""The three arms (DESIGN.md §6). A policy picks one batch's stage and items per step
+(``engine.core.scheduler.Policy``); ``Scheduler.schedule`` calls it."""
 
 from __future__ import annotations
 
-from typing import Protocol
-
-from engine.core.batch import ScheduledItem
 from engine.core.request import Stage
-from engine.core.scheduler import Scheduler
-
-Selection = tuple[Stage, list[ScheduledItem]]
-
-
-class Policy(Protocol):
-    """Chooses the next batch from the scheduler's queues, or None when nothing is ready.
-
-    Policies never read a clock; admission happens inside ``select`` at the point each arm's
-    order prescribes.
-    """
-
-    def select(self, s: Scheduler) -> Selection | None:
-        """Pop the next batch's work from the queues."""
+from engine.core.scheduler import Policy, Scheduler, Selection
 
 
 def _decode(s: Scheduler) -> Selection:

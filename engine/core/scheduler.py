@@ -1,35 +1,56 @@
-"""Scheduler state: the stage queues and the take helpers the policies compose.
+"""The scheduler: admission, the stage queues, the fairness counter and the policy that
+composes the take helpers into a batch (DESIGN.md §6).
 
-Taken requests leave their queue while their batch is in flight; ``EngineCore.apply`` puts
-them back. Prompt work returns to its admission-order position, so an item that just ran a
-depth never loses its place to younger prompts (RFC §2).
+Taken requests leave their queue while their batch is in flight; ``EngineCore.apply`` hands
+them back (``requeue``). Prompt work returns to its admission-order position, so an item that
+just ran a depth never loses its place to younger prompts (RFC §2).
 """
 
 from __future__ import annotations
 
 import bisect
-from collections.abc import Callable
+from typing import Protocol
 
+from engine.core.admission import WaitingQueue
 from engine.core.batch import ItemKind, ScheduledItem
 from engine.core.block_manager import BlockManager
 from engine.core.config import EngineConfig
-from engine.core.request import Request
+from engine.core.prompt_state import PromptStateHandles
+from engine.core.request import PromptItem, Request, Stage
+
+Selection = tuple[Stage, list[ScheduledItem]]
+
+
+class Policy(Protocol):
+    """Chooses the next batch from the scheduler's queues, or None when nothing is ready.
+
+    Policies never read a clock; admission happens inside ``select`` at the point each arm's
+    order prescribes (``engine.core.policies``).
+    """
+
+    def select(self, s: Scheduler) -> Selection | None:
+        """Pop the next batch's work from the queues."""
 
 
 class Scheduler:
-    """Queues per stage plus the selection primitives shared by all three arms."""
+    """Waiting and running requests, queues per stage, and the selection primitives shared
+    by all three arms; ``schedule`` asks the policy for the next batch's work."""
 
     def __init__(
         self,
         cfg: EngineConfig,
         block_manager: BlockManager,
-        admit: Callable[[], list[Request]],
+        prompt_states: PromptStateHandles,
+        policy: Policy,
     ) -> None:
         self.cfg = cfg
         self.sched = cfg.scheduler
         self.num_depths = cfg.model.num_depths
         self.block_manager = block_manager
-        self._admit = admit
+        self.prompt_states = prompt_states
+        self.policy = policy
+        self.waiting = WaitingQueue(cfg.scheduler)
+        self.running: dict[str, Request] = {}
         self.prefill: list[Request] = []  # admission order (admitted_seq)
         # Lists, not deques: bounded by max_num_seqs, and compiled code reaches list
         # operations directly.
@@ -37,21 +58,93 @@ class Scheduler:
         self.recurrent: list[Request] = []
         self.coda: list[Request] = []
         self.prefill_batches_since_decode = 0
+        self._fairness_before = 0  # the counter before the latest selection
+        self._next_admission = 0
+        self._now = 0.0
+
+    # ---- the step ------------------------------------------------------------------------
+    def schedule(self, now: float) -> Selection | None:
+        """The next batch's stage and items, taken from the queues; None when nothing runs."""
+        self._now = now
+        before = self.prefill_batches_since_decode
+        sel = self.policy.select(self)
+        if sel is None or not sel[1]:
+            return None
+        self._fairness_before = before
+        return sel
+
+    def undo_fairness(self) -> None:
+        """Put the prefill/decode alternation back to before the latest selection (its batch
+        failed: a failed prefill does not use up decode's turn, a failed decode batch leaves
+        decode due)."""
+        self.prefill_batches_since_decode = self._fairness_before
 
     # ---- queue maintenance ---------------------------------------------------------------
+    def add(self, req: Request) -> None:
+        """Queue a new request for admission."""
+        self.waiting.push(req)
+
+    def requeue(self, req: Request) -> None:
+        """Hand a request whose work was applied back to the queue of its stage."""
+        stage = req.stage
+        if stage is Stage.RECURRENT:
+            self.recurrent.append(req)
+        elif stage is Stage.PRELUDE:
+            self.prelude.append(req)
+        elif stage is Stage.CODA:
+            self.coda.append(req)
+        else:
+            self.enqueue_prefill(req)
+
+    def next_chunk(self, req: Request) -> None:
+        """Queue a request's next prompt chunk (a new prompt item outside the atomic arm)."""
+        if self.sched.arm != "atomic":
+            self._new_prompt_item(req)
+        self.enqueue_prefill(req)
+
     def enqueue_prefill(self, req: Request) -> None:
         bisect.insort(self.prefill, req, key=lambda r: r.admitted_seq)
 
     def remove(self, req: Request) -> None:
-        for q in (self.prelude, self.recurrent, self.coda):
-            if req in q:
-                q.remove(req)
-        if req in self.prefill:
-            self.prefill.remove(req)
+        """Forget a finishing request, waiting or running."""
+        if req.stage is Stage.WAITING:
+            self.waiting.remove(req)
+        else:
+            for q in (self.prelude, self.recurrent, self.coda):
+                if req in q:
+                    q.remove(req)
+            if req in self.prefill:
+                self.prefill.remove(req)
+        self.running.pop(req.request_id, None)
 
+    # ---- admission -----------------------------------------------------------------------
     def admit(self) -> None:
-        for req in self._admit():
+        """Admit waiting requests into free slots (``WaitingQueue.admit``'s order and bypass
+        rule); each claims its KV blocks and joins the prefill queue."""
+        free_slots = self.sched.max_num_seqs - len(self.running)
+        for req in self.waiting.admit(free_slots, self._try_admit):
+            req.stage = Stage.PREFILL
+            req.admitted_seq = self._next_admission
+            req.admitted_s = self._now
+            self._next_admission += 1
+            self.running[req.request_id] = req
+            if self.sched.arm != "atomic":
+                self._new_prompt_item(req)
             self.enqueue_prefill(req)
+
+    def _try_admit(self, req: Request) -> bool:
+        key = (req.request_id, req.generation)
+        if self.cfg.cache.incremental_allocation:
+            now = min(req.num_prompt_tokens, self.sched.effective_chunk_size)
+        else:
+            now = req.lifetime_tokens
+        return self.block_manager.allocate(key, now, req.lifetime_tokens)
+
+    def _new_prompt_item(self, req: Request) -> None:
+        start = req.num_prefilled_tokens
+        count = min(self.sched.effective_chunk_size, req.num_prompt_tokens - start)
+        handle = self.prompt_states.acquire(req.request_id, req.generation)
+        req.prompt_item = PromptItem(start, count, state=handle)
 
     # ---- readiness -----------------------------------------------------------------------
     def coda_ready(self) -> bool:
