@@ -29,6 +29,7 @@ from engine.core.config import EngineConfig
 from engine.core.engine_core import EngineCore
 from engine.core.fake_executor import SignalFn
 from engine.core.records import ArrivalSource, RunRecorder, RunRecords
+from engine.core.run_loop import StepLoop, stall_message
 from sim.cost.base import CostModel
 from sim.errors import SimulationDeadlock
 from sim.executor import SimExecutor
@@ -48,8 +49,10 @@ class _SimRun:
         self.source = source
         self.cost = cost
         self.executor = executor
-        self.recorder = RunRecorder(record_batches)
-        self.feeder = ArrivalFeeder(self.core, source, self.recorder)
+        self.loop = StepLoop(self.core, source, record_batches)
+        assert self.loop.recorder is not None and self.loop.feeder is not None
+        self.recorder: RunRecorder = self.loop.recorder
+        self.feeder: ArrivalFeeder = self.loop.feeder
         self.idle: simpy.Event | None = None
 
     def wake(self) -> None:
@@ -80,7 +83,7 @@ class _SimRun:
         per step would give, so the rows are the same to the bit.
         """
         env, core, executor, cost = self.env, self.core, self.executor, self.cost
-        recorder, feeder = self.recorder, self.feeder
+        loop, feeder = self.loop, self.feeder
         now = env.now
         prev: Batch | None = None
         while True:
@@ -92,11 +95,7 @@ class _SimRun:
                     yield env.timeout(now - env.now)
                 if feeder.exhausted:
                     if core.has_work():
-                        raise SimulationDeadlock(
-                            f"at t={now:.6f}s the core holds {core.num_waiting} waiting and "
-                            f"{core.num_running} running requests but schedules nothing, and "
-                            "no arrival is pending"
-                        )
+                        raise SimulationDeadlock(stall_message(core, now))
                     break
                 yield self.wait_for_arrival()
                 now = env.now
@@ -110,13 +109,7 @@ class _SimRun:
             end = now = start + duration
             if feeder.next_due_s <= end:
                 yield env.timeout(end - env.now)
-            events = core.apply(batch, result, end)
-            if events:
-                feeder.on_events(events)
-            recorder.step(batch, start, end, events)
-            finished = core.pop_finished()
-            if finished:
-                recorder.finished(finished)
+            loop.after_step(batch, result, start, end)
         core.take_housekeeping()  # the drain: nothing left for a runner to release
 
     def run(self) -> RunRecords:

@@ -6,7 +6,8 @@ from __future__ import annotations
 import pytest
 
 from engine.core import ExitConfig
-from engine.llm import build_runner, make_engine_config, run_realtime
+from engine.llm import build_runner, make_engine_config
+from engine.realtime import run_realtime
 from loopserve.workloads import InterferenceWorkload, build_source
 from sim.cost.constant import ConstantCost
 from sim.driver import simulate

@@ -17,8 +17,9 @@ from pathlib import Path
 import torch
 
 from engine.core.config import CacheConfig, EngineConfig, SchedulerConfig
-from engine.llm import build_runner, run_realtime
+from engine.llm import build_runner
 from engine.model.build import build_model, default_dtype
+from engine.realtime import run_realtime
 from loopserve.calibrate.host_gap import (
     RecordingRunner,
     execute_samples,

@@ -5,7 +5,7 @@ Imported (with torch, through the real target and the calibration rig) only by
 
 from __future__ import annotations
 
-from engine.llm import run_realtime
+from engine.realtime import run_realtime
 from loopserve.calibrate.host_gap import RecordingRunner
 from loopserve.calibrate.measure import CalibrationRig, config_for, time_probes
 from loopserve.fidelity.world import RealWorld, WorldRun

@@ -1,4 +1,4 @@
-"""Real-engine targets (``--target cpu|cuda``): the scenario on ``engine.llm.run_realtime``.
+"""Real-engine targets (``--target cpu|cuda``): the scenario on ``engine.realtime.run_realtime``.
 
 Loaded only through ``loopserve.targets.load`` (torch is imported here). The model is built
 once per target (preset with seeded weights from the scenario seed, or a checkpoint
@@ -12,8 +12,9 @@ import torch
 
 from engine.core.config import EngineConfig
 from engine.core.records import ArrivalSource, RunRecords
-from engine.llm import build_runner, run_realtime
+from engine.llm import build_runner
 from engine.model.build import build_model, default_dtype
+from engine.realtime import run_realtime
 from engine.runner import ModelRunner
 from loopserve.calibrate.allocator import steady_allocator
 from loopserve.errors import UserError

@@ -1,0 +1,74 @@
+"""What follows every step, written once for every driver (DESIGN.md §7).
+
+The SimPy driver, the real-time driver and ``LLM.step`` differ only in how time passes and
+how a batch is executed; after the execution all three hand the result to ``StepLoop``::
+
+    batch  = core.schedule(now)            # driver: when, and on which clock
+    result = executor.execute(batch)       # driver: None when the batch failed
+    events = loop.after_step(batch, result, start_s, end_s)
+"""
+
+from __future__ import annotations
+
+from engine.core.arrivals import ArrivalFeeder
+from engine.core.batch import Batch
+from engine.core.engine_core import EngineCore
+from engine.core.records import ArrivalSource, RunRecorder
+from engine.core.request import Request
+from engine.core.results import StepResult, TokenEvent
+
+
+def stall_message(core: EngineCore, now_s: float) -> str:
+    """The one error text of a core that holds work, schedules nothing, and can expect no
+    arrival to change that (the drivers raise it; it is always a bug)."""
+    return (
+        f"at t={now_s:.6f}s the core holds {core.num_waiting} waiting and "
+        f"{core.num_running} running requests but schedules nothing, and no arrival is pending"
+    )
+
+
+class StepLoop:
+    """Applies each executed step to ``core``, hands its token events to the arrival feeder,
+    records the step and collects the requests it finished.
+
+    With a ``source`` (the drivers) arrivals are fed through ``feeder`` and everything is
+    recorded in ``recorder``; without one (``LLM``) nothing is recorded and the finished
+    requests are kept for ``take_finished``.
+    """
+
+    def __init__(
+        self, core: EngineCore, source: ArrivalSource | None = None, record_batches: bool = False
+    ) -> None:
+        self.core = core
+        self.recorder: RunRecorder | None = None
+        self.feeder: ArrivalFeeder | None = None
+        if source is not None:
+            self.recorder = RunRecorder(record_batches)
+            self.feeder = ArrivalFeeder(core, source, self.recorder)
+        self._finished: list[Request] = []
+
+    def after_step(
+        self, batch: Batch, result: StepResult | None, start_s: float, end_s: float
+    ) -> list[TokenEvent]:
+        """Everything that follows executing ``batch`` from ``start_s`` to ``end_s``;
+        ``result`` None means the batch failed (the driver called ``core.fail``)."""
+        core = self.core
+        events = core.apply(batch, result, end_s) if result is not None else []
+        feeder, recorder = self.feeder, self.recorder
+        if events and feeder is not None:
+            feeder.on_events(events)
+        finished = core.pop_finished()
+        if recorder is None:
+            if finished:
+                self._finished.extend(finished)
+            return events
+        recorder.step(batch, start_s, end_s, events)
+        if finished:
+            recorder.finished(finished)
+        return events
+
+    def take_finished(self) -> list[Request]:
+        """Requests finished since the last call, in finish order (without a recorder)."""
+        out = self._finished + self.core.pop_finished()  # abort() finishes between steps
+        self._finished = []
+        return out
