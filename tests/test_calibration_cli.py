@@ -15,8 +15,8 @@ from engine.llm import build_runner
 from loopserve.calibrate.allocator import steady_allocator
 from loopserve.calibrate.measure import CalibrationRig, config_for, measure_shapes
 from loopserve.cli import main
-from sim.cost.calibrated import load_profile
 from sim.cost.features import batch_features
+from sim.cost.profile import load_profile
 from sim.cost.shape_grid import QUICK, Shape, shape_grid, shape_of
 
 KINDS = {"decode", "prompt", "mixed", "prefill", "prelude", "coda", "decode_after_prompt"}

@@ -11,9 +11,10 @@ import pytest
 
 from engine.core.batch import Batch, ItemKind, ScheduledItem
 from engine.core.request import Stage
-from sim.cost.calibrated import CalibratedCost, GridTerm, Profile, load_profile, save_profile
+from sim.cost.calibrated import CalibratedCost
 from sim.cost.features import FEATURE_NAMES, batch_features
 from sim.cost.fit import Sample, fit_stage, pooled_held_out
+from sim.cost.profile import GridTerm, Profile, load_profile, save_profile
 from sim.cost.resolve import find_profile, resolve_cost
 from sim.cost.shape_grid import QUICK, GridSpec, fit_shapes, held_out_shapes
 from tests.helpers import profile_doc, stage

@@ -35,7 +35,6 @@ from loopserve.calibrate.measure import (
 )
 from loopserve.calibrate.result import CalibrationResult
 from loopserve.outputs.env_info import commit_label
-from sim.cost.calibrated import PROFILE_FORMAT, Profile, Provenance
 from sim.cost.features import STAGE_KINDS, batch_features
 from sim.cost.fit import (
     Sample,
@@ -43,6 +42,7 @@ from sim.cost.fit import (
     fit_stage,
     pooled_held_out,
 )
+from sim.cost.profile import PROFILE_FORMAT, Profile, Provenance
 from sim.cost.resolve import model_label
 from sim.cost.shape_grid import QUICK, GridSpec, probe_shapes, shape_grid
 

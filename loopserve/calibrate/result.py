@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from sim.cost.calibrated import Profile
 from sim.cost.fit import Sample, StageResult
+from sim.cost.profile import Profile
 
 
 @dataclass

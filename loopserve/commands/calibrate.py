@@ -29,9 +29,9 @@ from loopserve.errors import UserError
 from loopserve.outputs import env_info
 from loopserve.outputs.files import atomic_write, staged_dir, write_json
 from loopserve.targets.load import check_real
-from sim.cost.calibrated import profile_json
 from sim.cost.features import FEATURE_NAMES
 from sim.cost.fit import Sample
+from sim.cost.profile import profile_json
 from sim.cost.resolve import PROFILES_DIR
 
 DEFAULT_MAX_SECONDS = 60.0

@@ -38,7 +38,8 @@ from loopserve.runs.plan import plan_runs
 from loopserve.schema import load_scenario
 from loopserve.schema.scenario import Scenario
 from loopserve.targets.load import check_real
-from sim.cost.calibrated import CalibratedCost, Profile, load_profile
+from sim.cost.calibrated import CalibratedCost
+from sim.cost.profile import Profile, load_profile
 from sim.cost.resolve import model_label
 
 

@@ -26,8 +26,9 @@ from loopserve.fidelity.targets import targets
 from loopserve.fidelity.world import RealWorld, WorldRun
 from loopserve.runs.metrics import metric
 from loopserve.runs.plan import Plan
-from sim.cost.calibrated import CalibratedCost, Profile
+from sim.cost.calibrated import CalibratedCost
 from sim.cost.fit import contended as contended_step
+from sim.cost.profile import Profile
 
 METRICS: dict[str, tuple[str, str | None]] = {
     "itl_p50_ms": ("itl_ms", "p50"),

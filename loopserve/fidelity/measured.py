@@ -15,7 +15,7 @@ from loopserve.runs.plan import Plan, run_source
 from loopserve.runs.sweep import SweepPoint
 from loopserve.targets.base import RunSpec
 from loopserve.targets.real import RealTarget
-from sim.cost.calibrated import Profile
+from sim.cost.profile import Profile
 from sim.cost.shape_grid import probe_shapes
 
 

@@ -8,17 +8,17 @@ from typing import Any
 from engine.core.config import ModelShape
 from engine.core.shapes import shape_name
 from sim.cost.base import HARDWARE, CostModel, HardwarePreset, get_hardware, item_context
-from sim.cost.calibrated import (
+from sim.cost.calibrated import CalibratedCost
+from sim.cost.constant import ConstantCost
+from sim.cost.features import FEATURE_NAMES, STAGE_KINDS, batch_features
+from sim.cost.profile import (
     PROFILE_FORMAT,
-    CalibratedCost,
     Profile,
     Provenance,
     StageFit,
     load_profile,
     save_profile,
 )
-from sim.cost.constant import ConstantCost
-from sim.cost.features import FEATURE_NAMES, STAGE_KINDS, batch_features
 from sim.cost.roofline import RooflineCost
 
 COST_KINDS: tuple[str, ...] = ("constant", "roofline", "calibrated")

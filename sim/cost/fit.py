@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from sim.cost.calibrated import GridTerm, StageFit
+from sim.cost.profile import GridTerm, StageFit
 
 CANDIDATES: dict[str, tuple[str, ...]] = {
     "decode": ("decode_rows", "decode_padded_context", "context_sum", "context_max",

@@ -1,0 +1,228 @@
+"""The calibrated cost model's profile: per-stage linear models fitted on measured steps of
+the real runner (``sim.cost.calibrated.CalibratedCost`` predicts with them).
+
+File format ``loopserve-profile/1`` (JSON, stored as
+``results/profiles/<hardware>-<model>.json``)::
+
+    {
+      "format": "loopserve-profile/1",
+      "hardware": "h200",                 # the hardware name scenarios ask for
+      "model": "ouro-1.4b",               # the model preset (or checkpoint) name
+      "provenance": {"device": "NVIDIA H200", "torch_version": "2.13.0",
+                     "dtype": "bfloat16", "commit": "<git sha>", "date": "2026-01-01",
+                     "held_out_mape": 0.04},
+      "stages": {
+        "decode":  {"features": ["rows", "context_sum"], "coef": [1.2e-6, 3e-10],
+                    "intercept_s": 6.1e-4},
+        "prompt":  {...}, "mixed": {...}, "prefill": {...}, "prelude": {...}, "coda": {...}
+      }
+    }
+
+A step's execution time is ``intercept_s + sum(coef[i] * feature[features[i]])`` for the
+stage kind of the batch (``Batch.kind_label``: decode | prompt | mixed | prefill | prelude |
+coda), clamped at 0. Feature names and definitions are those of ``sim.cost.features``. A
+profile may omit stage kinds it was not measured on; predicting one of those is an error
+(mixed batches are measured, never extrapolated from prompt-only data). Fitting lives in
+``sim.cost.fit``; measuring in ``loopserve.calibrate``.
+
+Optional parts (absent in older files, which keep loading):
+
+- a stage's ``grid``: ``{"feature": "decode_padded_context", "points": [...],
+  "values_s": [...]}``, a measured piecewise-linear term added where a linear term in that
+  feature misses (interpolated between points, extended with the end segments' slopes);
+- ``step_gap``: a linear model (same fields as a stage) of the host time between two steps
+  of the real engine (applying the last result, scheduling this batch), added to every step
+  so simulated time advances like the real loop's wall clock; ``execute_time`` leaves it out;
+- provenance extras: threads, block size, backend, per-stage held-out errors, shape counts;
+- a ``decode_after_prompt`` stage: decode-only core calls measured right after a prompt step
+  instead of after a like call. The model uses it for a decode step whose previous step was
+  prompt, prefill or mixed work (``step_time(batch, prev)``): that work evicts the decode
+  rows' KV and weights from the caches, which costs 5-15% on a CPU at long contexts.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, ValidationError, field_validator, model_validator
+
+from sim.cost.features import FEATURE_NAMES, STAGE_KINDS
+
+PROFILE_FORMAT = "loopserve-profile/1"
+StageKind = Literal["decode", "prompt", "mixed", "prefill", "prelude", "coda",
+                    "decode_after_prompt"]
+
+
+class Provenance(BaseModel):
+    """Where and how a profile was measured."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    device: str
+    torch_version: str
+    dtype: str
+    commit: str
+    date: str
+    held_out_mape: float | None = None
+    held_out_max_error: float | None = None
+    held_out_mape_by_stage: dict[str, float] | None = None
+    num_threads: int | None = None
+    block_size: int | None = None
+    attention_backend: str | None = None
+    num_fit_shapes: int | None = None
+    num_held_out_shapes: int | None = None
+    repeats: int | None = None
+    contended_fraction: float | None = None
+    probe_s: dict[str, float] | None = None  # reference steps (loopserve.calibrate.measure)
+    allocator: str | None = None  # host allocator settings (loopserve.calibrate.allocator)
+    seconds: float | None = None
+    command: list[str] | None = None
+
+
+class GridTerm(BaseModel):
+    """A measured piecewise-linear term in one feature, for where a linear term misses (a
+    cache cliff, a kernel switching tiles): the values at ``points`` are interpolated
+    linearly and extended past the last point with the last segment's slope."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    feature: str
+    points: list[float]
+    values_s: list[float]
+
+    @field_validator("feature")
+    @classmethod
+    def _known_feature(cls, v: str) -> str:
+        if v not in FEATURE_NAMES:
+            raise ValueError(f"unknown feature {v!r}; known: {', '.join(FEATURE_NAMES)}")
+        return v
+
+    @model_validator(mode="after")
+    def _consistent(self) -> GridTerm:
+        if len(self.points) < 2 or len(self.points) != len(self.values_s):
+            raise ValueError(
+                f"{len(self.points)} grid points for {len(self.values_s)} values (need >= 2 "
+                "of each, as many points as values)"
+            )
+        if any(b <= a for a, b in zip(self.points, self.points[1:], strict=False)):
+            raise ValueError("grid points must be strictly increasing")
+        return self
+
+    def value(self, x: float) -> float:
+        """The term at ``x`` in seconds."""
+        return pwl_value(self.points, self.values_s, x)
+
+
+def pwl_value(points: list[float], values: list[float], x: float) -> float:
+    """Piecewise-linear interpolation through (points, values), extended linearly past both
+    ends with the end segments' slopes."""
+    i = 1
+    last = len(points) - 1
+    while i < last and x > points[i]:
+        i += 1
+    x0, x1 = points[i - 1], points[i]
+    y0, y1 = values[i - 1], values[i]
+    return y0 + (x - x0) * (y1 - y0) / (x1 - x0)
+
+
+class StageFit(BaseModel):
+    """One stage kind's linear model."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    features: list[str]
+    coef: list[float]
+    intercept_s: float
+    grid: GridTerm | None = None
+
+    @field_validator("features")
+    @classmethod
+    def _known_features(cls, v: list[str]) -> list[str]:
+        unknown = [f for f in v if f not in FEATURE_NAMES]
+        if unknown:
+            raise ValueError(f"unknown features {unknown}; known: {', '.join(FEATURE_NAMES)}")
+        return v
+
+    @model_validator(mode="after")
+    def _same_length(self) -> StageFit:
+        if len(self.coef) != len(self.features):
+            raise ValueError(
+                f"{len(self.coef)} coefficients for {len(self.features)} features"
+            )
+        return self
+
+    def predict(self, f: dict[str, float]) -> float:
+        """Seconds for feature vector ``f`` (clamped at 0)."""
+        t = self.intercept_s + sum(c * f[n] for n, c in zip(self.features, self.coef, strict=True))
+        if self.grid is not None:
+            t += self.grid.value(f[self.grid.feature])
+        return max(0.0, t)
+
+
+class Profile(BaseModel):
+    """A calibrated profile (format ``loopserve-profile/1``)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    format: Literal["loopserve-profile/1"]
+    hardware: str
+    model: str
+    provenance: Provenance
+    stages: dict[StageKind, StageFit]
+    step_gap: StageFit | None = None
+
+    @field_validator("stages")
+    @classmethod
+    def _some_stage(cls, v: dict[str, StageFit]) -> dict[str, StageFit]:
+        if not v:
+            raise ValueError(f"needs at least one of {', '.join(STAGE_KINDS)}")
+        return v
+
+
+def _one_line(err: ValidationError) -> str:
+    first = err.errors()[0]
+    loc = ".".join(str(p) for p in first["loc"]) or "<root>"
+    more = f" (+{err.error_count() - 1} more)" if err.error_count() > 1 else ""
+    return f"{loc}: {first['msg']}{more}"
+
+
+def load_profile(source: str | Path | dict[str, Any] | Profile) -> Profile:
+    """Read and validate a profile; ValueError with a one-line reason if it is unusable."""
+    if isinstance(source, Profile):
+        return source
+    where = "cost.profile"
+    if isinstance(source, dict):
+        data: Any = source
+    else:
+        where = f"cost.profile: {source}"
+        try:
+            text = Path(source).read_text(encoding="utf-8")
+        except OSError as exc:
+            raise ValueError(f"{where}: cannot read the file ({exc.strerror or exc})") from None
+        try:
+            data = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise ValueError(
+                f"{where}: not valid JSON (line {exc.lineno}, column {exc.colno}: {exc.msg}); "
+                "the file is corrupt or truncated, re-run calibration"
+            ) from None
+    if not isinstance(data, dict) or data.get("format") != PROFILE_FORMAT:
+        found = data.get("format") if isinstance(data, dict) else type(data).__name__
+        raise ValueError(f"{where}: format is {found!r}, expected {PROFILE_FORMAT!r}")
+    try:
+        return Profile.model_validate(data)
+    except ValidationError as exc:
+        raise ValueError(f"{where}: invalid profile: {_one_line(exc)}") from None
+
+
+def profile_json(profile: Profile) -> str:
+    """The profile file's text: indented JSON, stable key order, unset optional parts left
+    out (the one writer ``save_profile`` and ``loopserve calibrate`` share)."""
+    return profile.model_dump_json(indent=2, exclude_none=True) + "\n"
+
+
+def save_profile(profile: Profile, path: str | Path) -> None:
+    """Write ``profile`` to ``path``."""
+    Path(path).write_text(profile_json(profile), encoding="utf-8")
