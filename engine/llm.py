@@ -142,6 +142,10 @@ class LLM:
         result = execute_or_fail(self.core, self.runner, batch)
         return self.loop.after_step(batch, result, start, self._now())
 
+    def pop_finished(self) -> list[Request]:
+        """Requests finished since the last call (any reason, aborts too), in finish order."""
+        return self.loop.take_finished()
+
     def drain(self) -> None:
         """Hand the runner what finished requests left behind (call when idle)."""
         self.runner.release(self.core.take_housekeeping())
@@ -174,7 +178,7 @@ class LLM:
         ids = self._submit(prompts, params)
         while self.core.has_work():
             self.step()
-        done = {req.request_id: _output(req) for req in self.loop.take_finished()}
+        done = {req.request_id: _output(req) for req in self.pop_finished()}
         self.drain()
         return [done[i] for i in ids]
 

@@ -54,7 +54,7 @@ def test_abort_mid_prompt_returns_handles_and_blocks(arm: str) -> None:
     assert victim.stage is Stage.PREFILL
     assert llm.abort(ids[0])
     _run_to_end(llm)
-    finished = {r.request_id: r.finish_reason for r in llm.core.pop_finished()}
+    finished = {r.request_id: r.finish_reason for r in llm.pop_finished()}
     assert finished[ids[0]] == "abort" and finished[ids[1]] == "length"
     _assert_all_returned(llm)
 
@@ -83,7 +83,7 @@ def test_injected_batch_failure_fails_its_requests_and_others_are_unaffected(arm
         assert [b.step_id for b in failed] == [fail_step]
         failed_stages.add(failed[0].stage)
         failed_ids = {it.request_id for it in failed[0].items}
-        done = {r.request_id: r for r in llm.core.pop_finished()}
+        done = {r.request_id: r for r in llm.pop_finished()}
         for i, rid in enumerate(ids):
             req = done[rid]
             if rid in failed_ids:
@@ -107,7 +107,7 @@ def test_request_id_reuse_never_touches_the_old_state(arm: str) -> None:
     new_prompt = [11, 12, 13, 14, 15, 16, 17, 18, 19]
     llm.add_request(new_prompt, PARAMS, request_id="a")
     _run_to_end(llm)
-    done = [r for r in llm.core.pop_finished() if r.request_id == "a"]
+    done = [r for r in llm.pop_finished() if r.request_id == "a"]
     assert [r.finish_reason for r in done] == ["abort", "length"]
     assert (done[1].output_token_ids, done[1].exit_depths) == serial(
         model, [new_prompt], [PARAMS]
