@@ -1,7 +1,7 @@
 """ModelRunner: executes the core's batches with torch on CPU or CUDA (DESIGN.md §7-§8).
 
-One ``_prepare_batch`` builds every row's metadata (position, depth plane, block table,
-context length, write slot) for a core call; a RECURRENT call packs decode rows (first) and
+``engine.call_metadata.prepare_call`` builds every row's metadata (position, depth plane,
+block table, context length, write slot) for a core call; a RECURRENT call packs decode rows (first) and
 prompt rows, a PREFILL step chains its core calls through the depths. Hidden state lives in
 two runner-owned pools: prompt items' [chunk, hidden] slots behind the core's handles, and each
 running request's one-row decode state.
@@ -12,15 +12,14 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 
 import torch
 
+from engine.call_metadata import CallPairs, PreparedCall, prepare_call
 from engine.core.batch import Batch, Housekeeping, ItemKind, ScheduledItem
 from engine.core.block_manager import BlockManager
 from engine.core.config import EngineConfig, ExitConfig
 from engine.core.engine_core import EngineCore
-from engine.core.errors import KVIntegrityError
 from engine.core.request import SamplingParams, Stage
 from engine.core.results import CodaResult, RecurrentResult, StepResult
 from engine.kv_cache import KVCache
@@ -30,20 +29,10 @@ from engine.model.ouro import OuroForCausalLM
 from engine.sampling import sample
 from engine.state_buffers import DecodeStateBuffers, PromptStateBuffers
 from engine.uploads import upload_ints
-from kernels.attention import AttentionMetadata, get_backend
+from kernels.attention import get_backend
 
-CallPairs = list[tuple[ScheduledItem, int]]
 ParamsFn = Callable[[str, int], SamplingParams | None]
 HiddenHook = Callable[[ScheduledItem, int, torch.Tensor], None]
-
-
-@dataclass(slots=True)
-class PreparedCall:
-    """One core call's inputs: row positions, attention metadata, each pair's row range."""
-
-    positions: torch.Tensor
-    meta: AttentionMetadata
-    row_ranges: list[tuple[int, int]]
 
 
 class ModelRunner:
@@ -195,61 +184,11 @@ class ModelRunner:
 
     # ---- core calls ----------------------------------------------------------------------
     def _prepare_batch(self, pairs: CallPairs) -> PreparedCall:
-        """Metadata for one core call over (item, depth) pairs in row order (decode first)."""
         t0 = time.perf_counter()
-        kv = self._bound_block_manager()
-        block_size = kv.block_size
-        positions: list[int] = []
-        slots: list[int] = []
-        tables: list[list[int]] = []
-        ctx_lens: list[int] = []
-        q_lens: list[int] = []
-        row_ranges: list[tuple[int, int]] = []
-        num_decode = 0
-        for item, depth in pairs:
-            key = item.key
-            table = kv.block_table(key, depth)
-            start, n = item.position, item.num_tokens
-            if kv.written(key, depth) < start:
-                raise KVIntegrityError(
-                    f"request {key}: depth {depth} history ends at {kv.written(key, depth)} "
-                    f"but a row at position {start} reads it (finalize missing?)"
-                )
-            if item.kind is ItemKind.DECODE:
-                num_decode += 1
-            row_ranges.append((len(positions), len(positions) + n))
-            for p in range(start, start + n):
-                positions.append(p)
-                slots.append(table[p // block_size] * block_size + p % block_size)
-            tables.append(table)
-            ctx_lens.append(start + n)
-            q_lens.append(n)
-        if len(set(slots)) != len(slots):
-            raise KVIntegrityError("two rows of one core call write the same KV slot")
-        num_rows, num_seqs = len(positions), len(tables)
-        max_blocks = math.ceil(max(ctx_lens) / block_size)
-        flat_tables = [b for t in tables for b in (t[:max_blocks] + [0] * (max_blocks - len(t)))]
-        starts = [0]
-        for n in q_lens:
-            starts.append(starts[-1] + n)
-        # One host->device copy for all integer metadata.
-        packed = upload_ints(positions + slots + ctx_lens + starts + flat_tables, self.device)
-        pos_t, slot_t, ctx_t, start_t, table_t = torch.split(
-            packed, [num_rows, num_rows, num_seqs, num_seqs + 1, num_seqs * max_blocks]
-        )
-        meta = AttentionMetadata(
-            slot_mapping=slot_t,
-            block_tables=table_t.view(num_seqs, max_blocks),
-            context_lens=ctx_t,
-            query_start_loc=start_t,
-            block_size=block_size,
-            num_decode_seqs=num_decode,
-            context_lens_host=tuple(ctx_lens),
-            query_lens_host=tuple(q_lens),
-        )
-        self.backend.prepare(meta)
+        prep = prepare_call(pairs, self._bound_block_manager(), self.device)
+        self.backend.prepare(prep.meta)
         self.last_prepare_s += time.perf_counter() - t0
-        return PreparedCall(pos_t, meta, row_ranges)
+        return prep
 
     def _inputs(self, pairs: CallPairs, work: dict[int, torch.Tensor]) -> torch.Tensor:
         """Input hidden rows of a call: carried over, decode state, prompt state or embedded."""
