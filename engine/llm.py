@@ -20,7 +20,8 @@ from engine.core.engine_core import EngineCore
 from engine.core.request import Request, SamplingParams
 from engine.core.results import TokenEvent
 from engine.core.run_loop import StepLoop, stall_message
-from engine.model.build import build_model, default_dtype
+from engine.model.alloc import default_dtype
+from engine.model.build import build_model
 from engine.model.ouro import OuroForCausalLM
 from engine.realtime import execute_or_fail
 from engine.runner import ModelRunner

@@ -23,7 +23,7 @@ from engine.core.engine_core import EngineCore
 from engine.core.request import SamplingParams, Stage
 from engine.core.results import CodaResult, RecurrentResult, StepResult
 from engine.kv_cache import KVCache
-from engine.model.build import default_dtype
+from engine.model.alloc import default_dtype
 from engine.model.lookahead import LookaheadHead
 from engine.model.ouro import OuroForCausalLM
 from engine.sampling import sample

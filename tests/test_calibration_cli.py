@@ -154,7 +154,8 @@ def test_a_checkpoint_with_three_depths_is_measured_at_its_own_depths(tmp_path: 
     follows the rows' last depth (2 here), and no shape names a depth the model lacks."""
     import re
 
-    from engine.model.build import empty_model, init_random_weights
+    from engine.model.alloc import empty_model
+    from engine.model.build import init_random_weights
     from engine.model.loader import save_checkpoint
     from engine.model.presets import get_preset
     from loopserve.calibrate.measure import _predecessor

@@ -62,7 +62,8 @@ def test_seeded_weights_are_reproducible_and_seed_dependent() -> None:
 def test_weights_drawn_on_the_device_follow_the_same_recipe() -> None:
     """``on_device`` (the GPU check's fast init) keeps norms at 1, biases at 0 and the
     N(0, initializer_range) draw; only where the numbers come from differs."""
-    from engine.model.build import empty_model, init_random_weights
+    from engine.model.alloc import empty_model
+    from engine.model.build import init_random_weights
 
     cfg = get_preset("small")
     a = init_random_weights(empty_model(cfg, "cpu", torch.float32), 5, on_device=True)

@@ -6,26 +6,10 @@ import os
 
 import torch
 
-from engine.model.config import OuroConfig
-from engine.model.layers import rope_inv_freq
+from engine.model.alloc import default_dtype, empty_model
+from engine.model.loader import load_checkpoint
 from engine.model.ouro import OuroForCausalLM
 from engine.model.presets import PRESETS, get_preset
-
-
-def default_dtype(device: torch.device | str) -> torch.dtype:
-    """fp32 on CPU, bf16 on CUDA."""
-    return torch.bfloat16 if torch.device(device).type == "cuda" else torch.float32
-
-
-def empty_model(cfg: OuroConfig, device: torch.device | str, dtype: torch.dtype) -> OuroForCausalLM:
-    """An uninitialised model on ``device`` (built on meta, so no throwaway init)."""
-    with torch.device("meta"):
-        model = OuroForCausalLM(cfg)
-    model = model.to_empty(device=device).to(dtype)
-    # The RoPE table stays fp32 whatever the weight dtype.
-    model.model.inv_freq = rope_inv_freq(cfg.head_dim, cfg.rope_theta).to(device)
-    model.eval().requires_grad_(False)
-    return model
 
 
 def _is_norm(name: str) -> bool:
@@ -63,8 +47,6 @@ def build_model(
     """A preset name (random weights from ``seed``) or a checkpoint directory, ready for eval."""
     dtype = dtype or default_dtype(device)
     if name_or_dir not in PRESETS and os.path.isdir(name_or_dir):
-        from engine.model.loader import load_checkpoint
-
         return load_checkpoint(name_or_dir, device=device, dtype=dtype)
     cfg = get_preset(name_or_dir)
     return init_random_weights(empty_model(cfg, device, dtype), seed)

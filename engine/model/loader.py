@@ -13,7 +13,7 @@ import torch
 from safetensors import safe_open
 from safetensors.torch import save_file
 
-from engine.model.build import default_dtype, empty_model
+from engine.model.alloc import default_dtype, empty_model
 from engine.model.config import OuroConfig
 from engine.model.ouro import OuroForCausalLM
 

@@ -18,7 +18,8 @@ import torch
 
 from engine.core.config import CacheConfig, EngineConfig, SchedulerConfig
 from engine.llm import build_runner
-from engine.model.build import build_model, default_dtype
+from engine.model.alloc import default_dtype
+from engine.model.build import build_model
 from engine.realtime import run_realtime
 from loopserve.calibrate.host_gap import (
     RecordingRunner,

@@ -13,7 +13,8 @@ import torch
 from engine.core.config import EngineConfig
 from engine.core.records import ArrivalSource, RunRecords
 from engine.llm import build_runner
-from engine.model.build import build_model, default_dtype
+from engine.model.alloc import default_dtype
+from engine.model.build import build_model
 from engine.realtime import run_realtime
 from engine.runner import ModelRunner
 from loopserve.calibrate.allocator import steady_allocator
