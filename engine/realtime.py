@@ -100,7 +100,7 @@ class _RealtimeRun:
             loop.after_step(batch, result, start, end)
             if self.host_timings is not None:
                 self.host_timings.append(HostTiming(
-                    batch.step_id, batch.core_calls, schedule_s, runner.last_prepare_s
+                    batch.step, batch.num_core_calls, schedule_s, runner.last_prepare_s
                 ))
         runner.release(core.take_housekeeping())
         assert loop.recorder is not None

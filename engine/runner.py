@@ -134,17 +134,17 @@ class ModelRunner:
     def _execute(self, batch: Batch) -> StepResult:
         self.release(batch.housekeeping)
         self.last_prepare_s = 0.0
-        if self.fail_on_step is not None and batch.step_id == self.fail_on_step:
-            raise RuntimeError(f"injected failure at step {batch.step_id}")
+        if self.fail_on_step is not None and batch.step == self.fail_on_step:
+            raise RuntimeError(f"injected failure at step {batch.step}")
         if batch.stage is Stage.PRELUDE:
             self._prelude(batch)
-            return StepResult(batch.step_id)
+            return StepResult(batch.step)
         if batch.stage is Stage.CODA:
-            return CodaResult(batch.step_id, tuple(self._coda(batch)))
+            return CodaResult(batch.step, tuple(self._coda(batch)))
         signals = self._run_core(batch)
         if batch.stage is Stage.RECURRENT:
-            return RecurrentResult(batch.step_id, signals)
-        return StepResult(batch.step_id)
+            return RecurrentResult(batch.step, signals)
+        return StepResult(batch.step)
 
     def _bound_block_manager(self) -> BlockManager:
         if self.block_manager is None:

@@ -105,7 +105,7 @@ class _SimRun:
             duration = cost.step_time(batch, prev)
             prev = batch
             if not duration >= 0.0:
-                raise ValueError(f"cost model returned {duration!r} s for step {batch.step_id}")
+                raise ValueError(f"cost model returned {duration!r} s for step {batch.step}")
             end = now = start + duration
             if feeder.next_due_s <= end:
                 yield env.timeout(end - env.now)

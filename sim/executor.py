@@ -76,11 +76,11 @@ class SimExecutor:
         stage = batch.stage
         if stage is Stage.CODA:
             return CodaResult(
-                batch.step_id, tuple(self.token(it.request_id, it.position) for it in batch.items)
+                batch.step, tuple(self.token(it.request_id, it.position) for it in batch.items)
             )
         if stage is Stage.RECURRENT:
             if not batch.needs_signals:
-                return RecurrentResult(batch.step_id, None)
+                return RecurrentResult(batch.step, None)
             items = batch.items
             fn = self.signal_fn
             signals = tuple(
@@ -88,5 +88,5 @@ class SimExecutor:
                 for it in items if it.kind is ItemKind.DECODE
             )
             self.num_signals_read += len(signals)
-            return RecurrentResult(batch.step_id, signals)
-        return StepResult(batch.step_id)
+            return RecurrentResult(batch.step, signals)
+        return StepResult(batch.step)

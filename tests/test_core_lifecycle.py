@@ -104,9 +104,9 @@ def test_finish_of_decode_rows_that_shared_batches_with_prompt_rows() -> None:
 def test_result_that_does_not_fit_its_batch_is_rejected() -> None:
     core, ex, inflight = _mid_prompt()
     with pytest.raises(StaleResultError):
-        core.apply(inflight, StepResult(inflight.step_id + 1), 2.0)
+        core.apply(inflight, StepResult(inflight.step + 1), 2.0)
     with pytest.raises(StaleResultError):
-        core.apply(inflight, StepResult(inflight.step_id), 2.0)  # RECURRENT needs its type
+        core.apply(inflight, StepResult(inflight.step), 2.0)  # RECURRENT needs its type
 
 
 def test_missing_signal_is_an_interface_error() -> None:
@@ -122,7 +122,7 @@ def test_missing_signal_is_an_interface_error() -> None:
         core.apply(b, ex.execute(b), now + 1)
         now += 1
     with pytest.raises(StaleResultError, match="needs a gate signal"):
-        core.apply(b, RecurrentResult(b.step_id, None), now + 1)
+        core.apply(b, RecurrentResult(b.step, None), now + 1)
 
 
 def test_early_exit_finalizes_deeper_planes_and_prompts_never_are() -> None:

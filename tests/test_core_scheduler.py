@@ -100,7 +100,7 @@ def test_atomic_prefill_runs_all_depths_in_one_step_and_alternates_with_decode()
     core.add_request("p", list(range(32)), SamplingParams(max_tokens=1), now)
     stages = [step(core, ex, now + k) for k in range(10)]
     prefill = [b for b in stages if b.stage is Stage.PREFILL]
-    assert prefill and all(b.core_calls == 4 for b in prefill)
+    assert prefill and all(b.num_core_calls == 4 for b in prefill)
     labels = [b.kind_label for b in stages if b.stage in (Stage.PREFILL, Stage.RECURRENT)]
     for a, b in zip(labels, labels[1:], strict=False):
         assert not (a == b == "prefill"), labels  # never two prefill batches back to back

@@ -125,4 +125,4 @@ def test_scheduler_and_cache_variants_match_serial(variant: str) -> None:
     assert got == serial(model, PROMPTS, params, exit_cfg)
     assert llm.core.block_manager.num_used_blocks == 0
     if variant == "prompt_shortcut":
-        assert any(b.stage.value == "PREFILL" and b.core_calls > 1 for b in log.batches)
+        assert any(b.stage.value == "PREFILL" and b.num_core_calls > 1 for b in log.batches)

@@ -80,7 +80,7 @@ def test_injected_batch_failure_fails_its_requests_and_others_are_unaffected(arm
         llm.runner.execute = execute  # type: ignore[method-assign]
         ids = [llm.add_request(p, PARAMS) for p in PROMPTS]
         _run_to_end(llm)
-        assert [b.step_id for b in failed] == [fail_step]
+        assert [b.step for b in failed] == [fail_step]
         failed_stages.add(failed[0].stage)
         failed_ids = {it.request_id for it in failed[0].items}
         done = {r.request_id: r for r in llm.pop_finished()}

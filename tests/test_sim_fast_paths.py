@@ -42,9 +42,9 @@ def test_recorder_rows_and_roofline_terms_on_every_arm(arm: str, shortcut: bool)
             t = cost.breakdown(b)
             assert cost.step_time(b) == t["total_s"]
             fixed = t["step_overhead_s"] + t["finalize_s"] + t["host_s"]
-            if not b.core_calls:
+            if not b.num_core_calls:
                 continue
-            if b.core_calls == 1:  # one roofline: the larger of memory and compute time
+            if b.num_core_calls == 1:  # one roofline: the larger of memory and compute time
                 assert t["total_s"] == pytest.approx(
                     fixed + max(t["memory_s"], t["compute_s"]), rel=1e-12)
             else:  # a sum of per-call maxima lies between max of sums and sum of sums

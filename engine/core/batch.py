@@ -132,7 +132,7 @@ class Batch:
     Read-only by contract; the counts are computed once when the batch is built.
     """
 
-    step_id: int
+    step: int
     stage: Stage
     items: tuple[ScheduledItem, ...]
     housekeeping: Housekeeping
@@ -141,21 +141,21 @@ class Batch:
     num_prompt_tokens: int
     num_fused_prelude_items: int
     needs_signals: bool
-    core_calls: int
+    num_core_calls: int
     """Recurrent-core traversals this step costs (0 for PRELUDE and CODA)."""
 
     def __init__(
         self,
-        step_id: int,
+        step: int,
         stage: Stage,
         items: tuple[ScheduledItem, ...],
         housekeeping: Housekeeping | None = None,
     ) -> None:
-        self.step_id = step_id
+        self.step = step
         self.stage = stage
         self.items = items
         self.housekeeping = EMPTY_HOUSEKEEPING if housekeeping is None else housekeeping
-        num_decode = num_prompt = num_prompt_tokens = num_fused = core_calls = 0
+        num_decode = num_prompt = num_prompt_tokens = num_fused = num_core_calls = 0
         needs_signals = False
         if stage is Stage.PRELUDE or stage is Stage.CODA:
             num_decode = len(items)  # one row each, no core call
@@ -170,14 +170,14 @@ class Batch:
                     num_fused += 1
                 if it.needs_signal:
                     needs_signals = True
-                if it.num_depths > core_calls:
-                    core_calls = it.num_depths
+                if it.num_depths > num_core_calls:
+                    num_core_calls = it.num_depths
         self.num_decode_items = num_decode
         self.num_prompt_items = num_prompt
         self.num_prompt_tokens = num_prompt_tokens
         self.num_fused_prelude_items = num_fused
         self.needs_signals = needs_signals
-        self.core_calls = core_calls
+        self.num_core_calls = num_core_calls
 
     @property
     def num_rows(self) -> int:
@@ -204,7 +204,7 @@ class Batch:
 
     def core_call_items(self) -> Iterator[list[tuple[ScheduledItem, int]]]:
         """Per core call of this step, the (item, depth) pairs that run in it, in row order."""
-        for k in range(self.core_calls):
+        for k in range(self.num_core_calls):
             yield [(it, it.depth + k) for it in self.items if k < it.num_depths]
 
     @property

@@ -141,8 +141,8 @@ class EngineCore:
         """Apply an executed batch's result; items of aborted or reused ids are ignored."""
         if not result_matches(batch, result):
             raise StaleResultError(
-                f"result for step {result.step_id} ({type(result).__name__}) does not fit "
-                f"batch {batch.step_id} ({batch.stage.value}, {len(batch.items)} items)"
+                f"result for step {result.step} ({type(result).__name__}) does not fit "
+                f"batch {batch.step} ({batch.stage.value}, {len(batch.items)} items)"
             )
         self._now = now
         stage = batch.stage
@@ -183,7 +183,7 @@ class EngineCore:
             assert req is not None
             if signal is None and item.needs_signal:
                 raise StaleResultError(
-                    f"step {batch.step_id}: request {req.request_id} needs a gate signal "
+                    f"step {batch.step}: request {req.request_id} needs a gate signal "
                     "but the result carries none"
                 )
             self._apply_decode(req, item, signal)
@@ -191,7 +191,7 @@ class EngineCore:
     def fail(self, batch: Batch, error: str = "error") -> list[str]:
         """The batch-failure path: its requests finish with reason ``error`` and release all."""
         failed = []
-        if batch.step_id == self._next_step - 1:  # the latest batch: undo its turn
+        if batch.step == self._next_step - 1:  # the latest batch: undo its turn
             self.scheduler.undo_fairness()
         for item in batch.items:
             req = self.requests.get(item.request_id)

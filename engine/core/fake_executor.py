@@ -52,20 +52,20 @@ class FakeExecutor:
         for it in batch.items:
             if it.prompt_state is not None:
                 if it.prompt_state.handle_id in self.released_handles:
-                    raise RuntimeError(f"step {batch.step_id} uses released prompt state")
+                    raise RuntimeError(f"step {batch.step} uses released prompt state")
                 self.live_handles.add(it.prompt_state.handle_id)
         if batch.stage is Stage.CODA:
             return CodaResult(
-                batch.step_id,
+                batch.step,
                 tuple(self.token(it.request_id, it.position) for it in batch.items),
             )
         if batch.stage is Stage.RECURRENT:
             decode = [it for it in batch.items if it.kind is ItemKind.DECODE]
             if not any(it.needs_signal for it in decode):
-                return RecurrentResult(batch.step_id, None)
+                return RecurrentResult(batch.step, None)
             self.num_signals_read += len(decode)
             return RecurrentResult(
-                batch.step_id,
+                batch.step,
                 tuple(self.signal_fn(it.request_id, it.position, it.depth) for it in decode),
             )
-        return StepResult(batch.step_id)
+        return StepResult(batch.step)

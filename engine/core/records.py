@@ -115,7 +115,7 @@ class RunRecorder:
     def step(
         self, batch: Batch, start_s: float, end_s: float, events: Iterable[TokenEvent]
     ) -> None:
-        depths = self._depths(batch) if batch.core_calls else ""  # PRELUDE, CODA: none
+        depths = self._depths(batch) if batch.num_core_calls else ""  # PRELUDE, CODA: none
         self.records.steps.append(StepRecord.from_batch(batch, start_s, end_s, depths))
         self.records.tokens.extend(events)
         if self.record_batches:

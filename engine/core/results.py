@@ -16,10 +16,10 @@ from engine.core.request import Stage
 class StepResult:
     """Base result: PRELUDE and atomic PREFILL return nothing else."""
 
-    step_id: int
+    step: int
 
-    def __init__(self, step_id: int) -> None:
-        self.step_id = step_id
+    def __init__(self, step: int) -> None:
+        self.step = step
 
 
 @dataclass(slots=True, init=False)
@@ -28,8 +28,8 @@ class RecurrentResult(StepResult):
 
     decode_signals: tuple[float, ...] | None
 
-    def __init__(self, step_id: int, decode_signals: tuple[float, ...] | None = None) -> None:
-        self.step_id = step_id
+    def __init__(self, step: int, decode_signals: tuple[float, ...] | None = None) -> None:
+        self.step = step
         self.decode_signals = decode_signals
 
 
@@ -39,8 +39,8 @@ class CodaResult(StepResult):
 
     token_ids: tuple[int, ...]
 
-    def __init__(self, step_id: int, token_ids: tuple[int, ...] = ()) -> None:
-        self.step_id = step_id
+    def __init__(self, step: int, token_ids: tuple[int, ...] = ()) -> None:
+        self.step = step
         self.token_ids = token_ids
 
 
@@ -113,8 +113,8 @@ class StepRecord:
         if depths is None:
             depths = depths_text(batch.depth_counts())
         return cls(
-            batch.step_id, start_s, end_s, batch.stage.value, batch.kind_label,
-            batch.core_calls, batch.num_decode_items, batch.num_prompt_items,
+            batch.step, start_s, end_s, batch.stage.value, batch.kind_label,
+            batch.num_core_calls, batch.num_decode_items, batch.num_prompt_items,
             batch.num_prompt_tokens, batch.num_fused_prelude_items, depths, batch.is_mixed,
         )
 
@@ -126,7 +126,7 @@ def depths_text(counts: dict[int, int]) -> str:
 
 def result_matches(batch: Batch, result: StepResult) -> bool:
     """Shape check: the result type and lengths fit the batch."""
-    if result.step_id != batch.step_id:
+    if result.step != batch.step:
         return False
     if batch.stage is Stage.CODA:
         return isinstance(result, CodaResult) and len(result.token_ids) == len(batch.items)

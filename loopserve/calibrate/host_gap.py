@@ -97,7 +97,7 @@ def execute_samples(batches: list[Batch], execute_s: list[float], label: str) ->
     call right after prompt work scores the ``decode_after_prompt`` model."""
     return [
         Sample(stage_kind(b, batches[i - 1] if i else None), batch_features(b), t, True,
-               f"{label} step {b.step_id}")
+               f"{label} step {b.step}")
         for i, (b, t) in enumerate(zip(batches, execute_s, strict=True)) if t > 0
     ]
 

@@ -8,7 +8,7 @@ from engine.core.batch import Batch
 class ConstantCost:
     """Each core call costs ``core_call_s``; a PRELUDE or CODA step counts as one call.
 
-    An atomic PREFILL step over a chunk costs D calls (``Batch.core_calls``), a RECURRENT
+    An atomic PREFILL step over a chunk costs D calls (``Batch.num_core_calls``), a RECURRENT
     step one call.
     """
 
@@ -19,7 +19,7 @@ class ConstantCost:
 
     def calls(self, batch: Batch) -> int:
         """Calls the step is charged for."""
-        return batch.core_calls or 1
+        return batch.num_core_calls or 1
 
     def step_time(self, batch: Batch, prev: Batch | None = None) -> float:
         return self.calls(batch) * self.core_call_s

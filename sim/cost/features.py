@@ -56,7 +56,7 @@ def batch_features(batch: Batch) -> dict[str, float]:
     if batch.stage in (Stage.PRELUDE, Stage.CODA):
         f["rows"] = float(len(batch.items))
         return f
-    f["core_calls"] = float(batch.core_calls)
+    f["core_calls"] = float(batch.num_core_calls)
     ctx_max = 0
     for call in batch.core_call_items():
         call_decode_rows = 0
