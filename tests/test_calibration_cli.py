@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from engine.core.results import step_kind
 from engine.core.shapes import TINY
 from engine.llm import build_runner
 from loopserve.calibrate.allocator import steady_allocator
@@ -74,7 +75,7 @@ def test_rig_builds_batches_that_reproduce_their_shapes() -> None:
         batch, live = rig.build(shape)
         try:
             # a decode call timed after a prompt step is still a decode call
-            assert batch.kind_label == shape.kind.removesuffix("_after_prompt")
+            assert step_kind(batch) == shape.kind.removesuffix("_after_prompt")
             again = shape_of(batch)
             assert (again.decode, again.prompts, again.rows) == (
                 shape.decode, shape.prompts, shape.rows)

@@ -10,6 +10,7 @@ from engine.core.fake_executor import FakeExecutor
 from engine.core.policies import make_policy
 from engine.core.prompt_state import PromptStateHandles
 from engine.core.request import Request
+from engine.core.results import step_kind
 from engine.core.scheduler import Scheduler
 from tests.helpers import drive, make_config
 
@@ -101,7 +102,7 @@ def test_atomic_prefill_runs_all_depths_in_one_step_and_alternates_with_decode()
     stages = [step(core, ex, now + k) for k in range(10)]
     prefill = [b for b in stages if b.stage is Stage.PREFILL]
     assert prefill and all(b.num_core_calls == 4 for b in prefill)
-    labels = [b.kind_label for b in stages if b.stage in (Stage.PREFILL, Stage.RECURRENT)]
+    labels = [step_kind(b) for b in stages if b.stage in (Stage.PREFILL, Stage.RECURRENT)]
     for a, b in zip(labels, labels[1:], strict=False):
         assert not (a == b == "prefill"), labels  # never two prefill batches back to back
 
@@ -148,7 +149,7 @@ def test_repeated_short_arrivals_cannot_starve_a_running_decode(arm: str) -> Non
         has_long = any(it.request_id == "long" and it.kind is ItemKind.DECODE
                        and b.stage is Stage.RECURRENT for it in b.items)
         decode_calls += has_long
-        prompt_calls += b.kind_label in ("prefill", "prompt")
+        prompt_calls += step_kind(b) in ("prefill", "prompt")
         if arm == "mixed" and b.stage is Stage.RECURRENT:
             assert has_long or core.requests["long"].stage is not Stage.RECURRENT
     # 30 one-chunk arrivals: prompt-only batches alternate with decode, never starve it
@@ -193,17 +194,17 @@ def test_failed_batches_do_not_move_the_decode_alternation(arm: str) -> None:
     now = until_decoding(core, ex, ["d"])
     core.add_request("p1", list(range(32)), SamplingParams(max_tokens=1), now)
     b = core.schedule(now)
-    assert b is not None and b.kind_label == "decode"  # the decoder is due first
+    assert b is not None and step_kind(b) == "decode"  # the decoder is due first
     core.apply(b, ex.execute(b), now + 1)
     b = core.schedule(now + 1)
-    assert b is not None and b.kind_label in ("prefill", "prompt")
+    assert b is not None and step_kind(b) in ("prefill", "prompt")
     core.fail(b)  # p1 fails: decode's turn is not used up by a batch that did nothing
     core.add_request("p2", list(range(32)), SamplingParams(max_tokens=1), now + 2)
     b = core.schedule(now + 2)
-    assert b is not None and b.kind_label in ("prefill", "prompt")
+    assert b is not None and step_kind(b) in ("prefill", "prompt")
     core.apply(b, ex.execute(b), now + 3)
     b = core.schedule(now + 3)
-    assert b is not None and b.kind_label == "decode"
+    assert b is not None and step_kind(b) == "decode"
     core.fail(b)  # the decoder fails; its turn stays due for the next decoder
     core.add_request("d2", [1], SamplingParams(max_tokens=3), now + 4)
     assert core.scheduler.decode_due() is False  # no decoder queued yet

@@ -206,16 +206,3 @@ class Batch:
         """Per core call of this step, the (item, depth) pairs that run in it, in row order."""
         for k in range(self.num_core_calls):
             yield [(it, it.depth + k) for it in self.items if k < it.num_depths]
-
-    @property
-    def kind_label(self) -> str:
-        """decode | prompt | mixed | prefill | prelude | coda (for plots and logs)."""
-        if self.stage is Stage.PRELUDE:
-            return "prelude"
-        if self.stage is Stage.CODA:
-            return "coda"
-        if self.stage is Stage.PREFILL:
-            return "prefill"
-        if self.is_mixed:
-            return "mixed"
-        return "decode" if self.num_prompt_items == 0 else "prompt"

@@ -113,10 +113,25 @@ class StepRecord:
         if depths is None:
             depths = depths_text(batch.depth_counts())
         return cls(
-            batch.step, start_s, end_s, batch.stage.value, batch.kind_label,
+            batch.step, start_s, end_s, batch.stage.value, step_kind(batch),
             batch.num_core_calls, batch.num_decode_items, batch.num_prompt_items,
             batch.num_prompt_tokens, batch.num_fused_prelude_items, depths, batch.is_mixed,
         )
+
+
+def step_kind(batch: Batch) -> str:
+    """The steps.csv ``kind`` of a batch, which calibrated profiles also price by:
+    decode | prompt | mixed | prefill | prelude | coda."""
+    stage = batch.stage
+    if stage is Stage.PRELUDE:
+        return "prelude"
+    if stage is Stage.CODA:
+        return "coda"
+    if stage is Stage.PREFILL:
+        return "prefill"
+    if batch.is_mixed:
+        return "mixed"
+    return "decode" if batch.num_prompt_items == 0 else "prompt"
 
 
 def depths_text(counts: dict[int, int]) -> str:

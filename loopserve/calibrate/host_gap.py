@@ -88,7 +88,7 @@ def gap_samples(records: RunRecords, batches: list[Batch], label: str) -> list[S
         gap = cur.start_s - prev.end_s
         if gap > 0:
             out.append(Sample("step_gap", batch_features(batch), gap, False,
-                              f"{label} step {cur.step} {batch.kind_label}"))
+                              f"{label} step {cur.step} {stage_kind(batch)}"))
     return out
 
 

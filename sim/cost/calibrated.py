@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from engine.core.batch import Batch
+from engine.core.results import step_kind
 from sim.cost.features import batch_features
 from sim.cost.profile import Profile, StageFit, load_profile
 
@@ -15,10 +16,10 @@ COLD_AFTER = ("prompt", "prefill", "mixed")
 
 
 def stage_kind(batch: Batch, prev: Batch | None = None) -> str:
-    """The profile stage that prices ``batch`` run after ``prev``: its ``kind_label``, or
+    """The profile stage that prices ``batch`` run after ``prev``: its ``step_kind``, or
     ``decode_after_prompt`` for a decode call right after prompt work."""
-    kind = batch.kind_label
-    if kind == "decode" and prev is not None and prev.kind_label in COLD_AFTER:
+    kind = step_kind(batch)
+    if kind == "decode" and prev is not None and step_kind(prev) in COLD_AFTER:
         return "decode_after_prompt"
     return kind
 

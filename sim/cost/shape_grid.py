@@ -16,6 +16,7 @@ import random
 from dataclasses import dataclass, field
 
 from engine.core.batch import Batch, ItemKind
+from engine.core.results import step_kind
 
 
 @dataclass(frozen=True, slots=True)
@@ -211,7 +212,7 @@ def shape_grid(spec: GridSpec, seed: int = 1) -> list[Shape]:
 
 def shape_of(batch: Batch) -> Shape:
     """The forced shape that reproduces ``batch`` (for re-measuring steps of a real run)."""
-    kind = batch.kind_label
+    kind = step_kind(batch)
     if kind in ("prelude", "coda"):
         return Shape(kind, rows=len(batch.items))
     decode = tuple(DecodeRow(it.position + 1, it.depth) for it in batch.items
