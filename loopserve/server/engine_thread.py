@@ -25,6 +25,7 @@ from engine.core.engine_core import EngineCore
 from engine.core.records import RunRecorder, RunRecords
 from engine.core.request import SamplingParams
 from engine.core.results import TokenEvent
+from engine.core.run_loop import stall_message
 from engine.runner import ModelRunner
 from loopserve.server.metrics import ServerMetrics
 
@@ -181,13 +182,12 @@ class EngineThread:
         core, runner = self.core, self.runner
         batch = core.schedule(self.now())
         if batch is None:
-            raise RuntimeError(f"{core.num_waiting} waiting and {core.num_running} running "
-                               "requests but nothing to schedule")
+            raise RuntimeError(stall_message(core, self.now()))
         start = self.now()
         try:
             result = runner.execute(batch)
         except Exception as exc:  # noqa: BLE001 - a failed batch fails its requests only
-            log.exception("batch %d failed", batch.step_id)
+            log.exception("batch %d failed", batch.step)
             core.fail(batch, f"{type(exc).__name__}: {exc}")
             result = None
         end = self.now()
@@ -211,7 +211,7 @@ class EngineThread:
         sends = [(self._sinks[rid][0], items) for rid, items in out.items()]
         self._finish(sends)
         if self.metrics is not None:
-            self.metrics.step(batch.core_calls, batch.is_mixed, len(events))
+            self.metrics.step(batch.num_core_calls, batch.is_mixed, len(events))
             self.metrics.token_gaps(ttfts, itls)
         self._send(sends)
         self._publish()
@@ -251,7 +251,8 @@ class EngineThread:
         core = self.core
         self.num_running = core.num_running
         if self.metrics is not None:
-            self.metrics.occupancy(core.num_running, core.num_waiting, core.kv.num_used_blocks)
+            self.metrics.occupancy(core.num_running, core.num_waiting,
+                                     core.block_manager.num_used_blocks)
 
 
 def _deliver(sends: list[tuple[asyncio.Queue[list[Item]], list[Item]]]) -> None:

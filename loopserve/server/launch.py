@@ -159,7 +159,7 @@ def serve(service: Service, host: str, port: int, *, shutdown_timeout_s: float =
     # place the re-raised SIGTERM is a no-op and the process exits 0.
     signal.signal(signal.SIGTERM, lambda *_: None)
     # What exists now lives as long as the server: keep it out of the collector's work, so a
-    # full collection cannot land mid-step (see engine/llm.py, run_realtime).
+    # full collection cannot land mid-step (see engine/realtime.py, run_realtime).
     gc.collect()
     gc.freeze()
     try:
