@@ -12,7 +12,7 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from loopserve.commands import bench_serve, calibrate, fidelity, report, run, serve
+from loopserve.commands import bench_serve, calibrate, e2e, fidelity, report, run, serve
 from loopserve.errors import UserError
 
 EXIT_USAGE = 2
@@ -24,7 +24,7 @@ def build_parser() -> argparse.ArgumentParser:
         description="Serving engine and simulator for looped language models.",
     )
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    for command in (run, report, calibrate, fidelity, serve, bench_serve):
+    for command in (run, report, calibrate, fidelity, serve, bench_serve, e2e):
         command.add_parser(sub)
     return p
 

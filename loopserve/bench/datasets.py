@@ -38,9 +38,12 @@ class SampleRequest:
 
 
 def sample_sharegpt(path: str | Path, num_prompts: int, tokenizer: Tokenizer, seed: int,
-                    output_len: int | None = None) -> list[SampleRequest]:
-    """``num_prompts`` requests from a ShareGPT file (module docstring); ValueError naming
-    ``--dataset-path`` on a file that is unreadable or has no usable conversation."""
+                    output_len: int | None = None, *, max_prompt_len: int = MAX_PROMPT_TOKENS,
+                    max_output_len: int | None = None) -> list[SampleRequest]:
+    """``num_prompts`` requests from a ShareGPT file (module docstring); ``max_prompt_len``
+    lowers the prompt bound, ``max_output_len`` caps output lengths (a scenario's
+    ``max_prompt_tokens`` / ``max_output_tokens``). ValueError naming ``--dataset-path`` on a
+    file that is unreadable or has no usable conversation."""
     p = Path(path)
     try:
         data = json.loads(p.read_text(encoding="utf-8"))
@@ -65,14 +68,16 @@ def sample_sharegpt(path: str | Path, num_prompts: int, tokenizer: Tokenizer, se
         n_out = output_len if output_len is not None else len(tokenizer.encode(reply))
         if n_in < MIN_TOKENS or (output_len is None and n_out < MIN_TOKENS):
             continue
-        if n_in > MAX_PROMPT_TOKENS or n_in + n_out > MAX_TOTAL_TOKENS:
+        if n_in > min(max_prompt_len, MAX_PROMPT_TOKENS) or n_in + n_out > MAX_TOTAL_TOKENS:
             continue
+        if max_output_len is not None:
+            n_out = min(n_out, max_output_len)
         kept.append(SampleRequest(prompt, n_in, n_out))
         if len(kept) == num_prompts:
             break
     if not kept:
         raise ValueError(f"--dataset-path: {p} has no conversation of two turns within "
-                         f"{MIN_TOKENS}-{MAX_PROMPT_TOKENS} prompt tokens")
+                         f"{MIN_TOKENS}-{min(max_prompt_len, MAX_PROMPT_TOKENS)} prompt tokens")
     return [kept[i % len(kept)] for i in range(num_prompts)]
 
 

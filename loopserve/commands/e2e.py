@@ -1,0 +1,35 @@
+"""``loopserve e2e``: the RFC §6 end-to-end check over HTTP, beside the simulation.
+
+    loopserve e2e SCENARIO [--target cpu|cuda] [--out DIR] [--set KEY=VALUE ...]
+
+Every arm goes through a ``loopserve serve`` subprocess on the same seeded ShareGPT arrivals
+(``loopserve.bench.e2e``); one folder with the per-arm client results, the simulation's and
+``report.md``.
+"""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from loopserve.bench.e2e import run_e2e
+
+
+def add_parser(sub: Any) -> None:
+    p = sub.add_parser("e2e", help="every arm through `loopserve serve` beside the simulation")
+    p.add_argument("scenario", help="scenario YAML with a sharegpt workload")
+    p.add_argument("--target", default="cpu", choices=("cpu", "cuda"),
+                   help="device the servers run on (default cpu)")
+    p.add_argument("--out", help="folder to write (default results/e2e/<name>/<run-id>)")
+    p.add_argument("--set", dest="sets", action="append", default=[], metavar="KEY=VALUE",
+                   help="override a dotted field, value parsed as YAML (repeatable)")
+    p.add_argument("--no-progress", action="store_true", help="hide the progress bars")
+    p.set_defaults(handler=main)
+
+
+def main(args: argparse.Namespace, argv: list[str]) -> int:
+    dest, table = run_e2e(args.scenario, args.sets, args.target, args.out,
+                          progress=not args.no_progress)
+    print(table)
+    print(f"report: {dest / 'report.md'}")
+    return 0
