@@ -36,6 +36,7 @@ from loopserve.schema.build import model_shape
 from loopserve.schema.load import validate
 from loopserve.schema.scenario import Scenario
 from loopserve.server.tokenizer import load_tokenizer
+from loopserve.workloads.sharegpt import ShareGPTWorkload
 
 PERCENTILES = (50.0, 90.0, 99.0)
 RESULTS_ROOT = Path("results/e2e")
@@ -50,7 +51,7 @@ class Workload:
 
 def _workload(scn: Scenario) -> Workload:
     wl = scn.workload
-    if getattr(wl, "kind", None) != "sharegpt":
+    if not isinstance(wl, ShareGPTWorkload):
         raise UserError("workload.kind", "e2e replays ShareGPT prompts over HTTP; use a "
                         "sharegpt workload")
     if scn.is_sweep:
@@ -140,7 +141,7 @@ def run_e2e(scenario: str, sets: list[str], target: str, out: str | None,
             arms[arm].update(sim)
         doc = {"scenario": scn.name, "model": scn.model, "target": target,
                "hardware": scn.hardware, "num_requests": len(work.requests),
-               "request_rate": scn.workload.request_rate, "seed": scn.seed, "arms": arms}
+               "request_rate": getattr(scn.workload, "request_rate", None), "seed": scn.seed, "arms": arms}
         atomic_write(tmp / "e2e.json", json.dumps(doc, indent=2) + "\n")
         table = report_markdown(doc)
         atomic_write(tmp / "report.md", table)

@@ -41,7 +41,12 @@ class ServerProcess:
         lines: queue.Queue[str] = queue.Queue()
         assert proc.stdout is not None
         out = proc.stdout
-        threading.Thread(target=lambda: [lines.put(x) for x in out], daemon=True).start()
+
+        def pump() -> None:
+            for x in out:
+                lines.put(x)
+
+        threading.Thread(target=pump, daemon=True).start()
         deadline = time.monotonic() + self.start_timeout_s
         try:
             while True:

@@ -35,7 +35,9 @@ RETRY_AFTER_S = 1
 
 @dataclass
 class Service:
-    """Everything the handlers share. ``in_flight`` counts accepted, unfinished requests."""
+    """Everything the handlers share. ``in_flight`` counts accepted requests whose response
+    is not done; the overload bound reads the engine's own waiting count instead, which
+    does not depend on a response ever being started."""
 
     engine: EngineThread
     tokenizer: Tokenizer
@@ -48,7 +50,7 @@ class Service:
 
     @property
     def num_waiting(self) -> int:
-        return max(0, self.in_flight - self.engine.num_running)
+        return self.engine.num_waiting
 
 
 def _error(err: P.RequestError, headers: dict[str, str] | None = None) -> JSONResponse:

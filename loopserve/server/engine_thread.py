@@ -76,7 +76,12 @@ class EngineThread:
         self.runner = runner
         self.metrics = metrics
         self.recorder = RunRecorder() if record else None
-        self.num_running = 0  # published after each step, read by the HTTP side
+        # Published for the HTTP side. Each counter has one writer: ``submitted`` the HTTP
+        # side, ``taken`` and the published core counts this thread.
+        self.num_running = 0
+        self.core_waiting = 0
+        self.submitted = 0
+        self.taken = 0
         self._commands: queue.SimpleQueue[Any] = queue.SimpleQueue()
         self._sinks: dict[str, tuple[asyncio.Queue[list[Item]], float]] = {}
         self._last_token: dict[str, float] = {}
@@ -92,7 +97,13 @@ class EngineThread:
         self._thread.start()
 
     def submit(self, sub: Submission) -> None:
+        self.submitted += 1
         self._commands.put(sub)
+
+    @property
+    def num_waiting(self) -> int:
+        """Requests submitted and not yet running: queued here or waiting in the core."""
+        return self.submitted - self.taken + self.core_waiting
 
     def abort(self, request_id: str) -> None:
         self._commands.put(_Abort(request_id))
@@ -166,10 +177,12 @@ class EngineThread:
             except queue.Empty:
                 self._finish(out)  # aborted requests: counted now, even if the engine idles
                 self._send(out)
+                self._publish()  # taken requests now count as waiting in the core
                 return True
 
     def _add(self, sub: Submission, out: list[tuple[asyncio.Queue[list[Item]], list[Item]]]
              ) -> None:
+        self.taken += 1
         arrival = max(0.0, sub.accepted_perf - self._t0)
         try:
             self.core.add_request(sub.request_id, sub.prompt_token_ids, sub.params, arrival)
@@ -250,6 +263,7 @@ class EngineThread:
     def _publish(self) -> None:
         core = self.core
         self.num_running = core.num_running
+        self.core_waiting = core.num_waiting
         if self.metrics is not None:
             self.metrics.occupancy(core.num_running, core.num_waiting,
                                      core.block_manager.num_used_blocks)
