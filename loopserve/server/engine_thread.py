@@ -7,7 +7,8 @@ client's KV blocks and prompt state are released before the next step is schedul
 runner receives them with that step's housekeeping, or at once when the engine goes idle).
 Each step's tokens go back to the asyncio loop in one ``call_soon_threadsafe`` call, as a
 list per request queue. The loop is the real-time driver's step (schedule, execute, apply,
-record) with arrivals taken from the queue instead of a precomputed source.
+record, through ``engine.core.run_loop.StepLoop``) with arrivals taken from the queue
+instead of a precomputed source.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from engine.core.engine_core import EngineCore
 from engine.core.records import RunRecorder, RunRecords
 from engine.core.request import SamplingParams
 from engine.core.results import TokenEvent
-from engine.core.run_loop import stall_message
+from engine.core.run_loop import StepLoop, stall_message
 from engine.runner import ModelRunner
 from loopserve.server.metrics import ServerMetrics
 
@@ -75,6 +76,7 @@ class EngineThread:
         runner.bind(self.core)
         self.runner = runner
         self.metrics = metrics
+        self.step_loop = StepLoop(self.core)  # apply and collect, as every driver does
         self.recorder = RunRecorder() if record else None
         # Published for the HTTP side. Each counter has one writer: ``submitted`` the HTTP
         # side, ``taken`` and the published core counts this thread.
@@ -204,7 +206,7 @@ class EngineThread:
             core.fail(batch, f"{type(exc).__name__}: {exc}")
             result = None
         end = self.now()
-        events = core.apply(batch, result, end) if result is not None else []
+        events = self.step_loop.after_step(batch, result, start, end)
         if self.recorder is not None:
             self.recorder.step(batch, start, end, events)
         out: dict[str, list[Item]] = {}
@@ -230,7 +232,7 @@ class EngineThread:
         self._publish()
 
     def _finish(self, sends: list[tuple[asyncio.Queue[list[Item]], list[Item]]]) -> None:
-        finished = self.core.pop_finished()
+        finished = self.step_loop.take_finished()
         if not finished:
             return
         if self.recorder is not None:
