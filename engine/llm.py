@@ -65,7 +65,7 @@ def build_runner(
     device: torch.device | str = "cpu",
     dtype: torch.dtype | None = None,
     seed: int = 0,
-    attention_backend: str = "torch",
+    attention_backend: str = "auto",
     *,
     sync_steps: bool = False,
 ) -> ModelRunner:
@@ -104,7 +104,7 @@ class LLM:
         dtype: torch.dtype | None = None,
         seed: int = 0,
         exit: ExitConfig | None = None,
-        attention_backend: str = "torch",
+        attention_backend: str = "auto",
         **engine_kwargs: Any,
     ) -> None:
         dtype = dtype or default_dtype(device)

@@ -26,10 +26,11 @@ from engine.kv_cache import KVCache
 from engine.model.alloc import default_dtype
 from engine.model.lookahead import LookaheadHead
 from engine.model.ouro import OuroForCausalLM
+from engine.readback import Readbacks
 from engine.sampling import sample
 from engine.state_buffers import DecodeStateBuffers, PromptStateBuffers
 from engine.uploads import upload_ints
-from kernels.attention import get_backend
+from kernels.attention import AttentionShape, get_backend, resolve_backend
 
 ParamsFn = Callable[[str, int], SamplingParams | None]
 HiddenHook = Callable[[ScheduledItem, int, torch.Tensor], None]
@@ -51,7 +52,7 @@ class ModelRunner:
         block_manager: BlockManager | None = None,
         device: torch.device | str = "cpu",
         dtype: torch.dtype | None = None,
-        attention_backend: str = "torch",
+        attention_backend: str = "auto",
         *,
         seed: int = 0,
         sync_steps: bool = False,
@@ -62,7 +63,11 @@ class ModelRunner:
         self.model = model
         self.device = torch.device(device)
         self.dtype = dtype or default_dtype(self.device)
-        self.backend = get_backend(attention_backend)
+        # auto: triton on CUDA, torch elsewhere; ``backend.name`` is the one in use.
+        self.backend = get_backend(
+            resolve_backend(attention_backend, self.device),
+            AttentionShape(shape.num_heads, shape.num_kv_heads, shape.head_dim, self.dtype),
+        )
         self.seed = seed
         # Wait for the device at the end of every step, so step end times are device times
         # (profiling, calibration). Off by default: the eager loop then syncs only where it
@@ -74,6 +79,7 @@ class ModelRunner:
         self.fail_on_step: int | None = None
         self.hidden_hook: HiddenHook | None = None
         self.last_prepare_s = 0.0  # host time in _prepare_batch during the last execute
+        self.readbacks = Readbacks()  # device -> host copies (last_step: the last execute's)
         self._lookahead: dict[int, LookaheadHead] = {}
         self.cfg = engine_cfg
         self._allocate(engine_cfg)
@@ -134,6 +140,7 @@ class ModelRunner:
     def _execute(self, batch: Batch) -> StepResult:
         self.release(batch.housekeeping)
         self.last_prepare_s = 0.0
+        self.readbacks.start_step()
         if self.fail_on_step is not None and batch.step == self.fail_on_step:
             raise RuntimeError(f"injected failure at step {batch.step}")
         if batch.stage is Stage.PRELUDE:
@@ -179,7 +186,7 @@ class ModelRunner:
         logits = self.model.coda(hidden)
         return sample(
             logits, [self._params(it) for it in items], [it.request_id for it in items],
-            [it.position for it in items], self.seed,
+            [it.position for it in items], self.seed, self.readbacks.host,
         )
 
     # ---- core calls ----------------------------------------------------------------------
@@ -244,17 +251,25 @@ class ModelRunner:
 
     def _signals(self, pairs: CallPairs, y: torch.Tensor, num_decode: int) -> tuple[float, ...]:
         """lambda (gate) or lookahead score for decode rows that need one; NaN elsewhere
-        (never read by the core). Only decode rows are read back."""
+        (never read by the core). Only those rows are read back, in one readback."""
         out = [math.nan] * num_decode
         by_head: dict[int | None, list[int]] = {}
         for i, (item, _) in enumerate(pairs[:num_decode]):
             if item.needs_signal:
                 head = self._lookahead_seed(item) if item.signal_head == "lookahead" else None
                 by_head.setdefault(head, []).append(i)
+        rows_read: list[int] = []
+        scores: list[torch.Tensor] = []
         for head_seed, rows in by_head.items():
-            h = y[rows]
+            # A leading run of rows is a view; else an index upload (a list index would sync).
+            h = y[:len(rows)] if rows[-1] == len(rows) - 1 else y.index_select(
+                0, upload_ints(rows, self.device))
             score = self.model.gate(h) if head_seed is None else self._head(head_seed)(h)
-            for i, v in zip(rows, score.tolist(), strict=True):
+            scores.append(score.float())
+            rows_read += rows
+        if scores:
+            host = self.readbacks.host(scores[0] if len(scores) == 1 else torch.cat(scores))
+            for i, v in zip(rows_read, host.tolist(), strict=True):
                 out[i] = float(v)
         return tuple(out)
 

@@ -6,7 +6,7 @@ do not depend on which other rows shared its CODA batch, nor on the device.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import torch
 
@@ -45,21 +45,18 @@ def sample(
     request_ids: Sequence[str],
     positions: Sequence[int],
     default_seed: int = 0,
+    to_host: Callable[[torch.Tensor], torch.Tensor] = torch.Tensor.cpu,
 ) -> list[int]:
-    """One token per row of ``logits`` [N, V]."""
-    greedy = [i for i, p in enumerate(params) if p.temperature == 0.0]
+    """One token per row of ``logits`` [N, V], with exactly one ``to_host`` readback: the
+    argmax rows when every row is greedy, else the fp32 logits (argmax on the host then:
+    the upcast is exact, so the picks are the same)."""
+    if all(p.temperature == 0.0 for p in params):
+        return [int(t) for t in to_host(logits.argmax(dim=-1)).tolist()]
+    host = to_host(logits.float())
     out = [0] * len(params)
-    if greedy:
-        picks = logits[greedy].argmax(dim=-1).tolist() if len(greedy) < len(params) else (
-            logits.argmax(dim=-1).tolist()
-        )
-        for i, tok in zip(greedy, picks, strict=True):
-            out[i] = int(tok)
-    if len(greedy) == len(params):
-        return out
-    host = logits.float().cpu()
     for i, p in enumerate(params):
         if p.temperature == 0.0:
+            out[i] = int(host[i].argmax())
             continue
         gen = torch.Generator().manual_seed(token_seed(p, request_ids[i], positions[i], default_seed))
         out[i] = int(torch.multinomial(filtered_probs(host[i], p), 1, generator=gen).item())

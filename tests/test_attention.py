@@ -8,7 +8,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from kernels.attention import AttentionMetadata, available_backends, get_backend
+from kernels.attention import AttentionMetadata, available_backends, get_backend, resolve_backend
 
 BLOCK = 4
 KV_HEADS, HEADS, HEAD_DIM = 2, 4, 8
@@ -106,11 +106,13 @@ def test_prompt_rows_are_causal_and_decode_rows_ignore_padding() -> None:
 
 
 def test_backend_registry() -> None:
-    assert available_backends() == ["torch"]
-    with pytest.raises(ValueError, match="'triton' is not available"):
-        get_backend("triton")
+    assert available_backends()[0] == "torch"  # triton: tests/test_attention_triton.py
+    with pytest.raises(ValueError, match="'flash_attn' is not available"):
+        get_backend("flash_attn")
     with pytest.raises(ValueError, match="unknown backend 'x'"):
         get_backend("x")
+    assert resolve_backend("auto", "cpu") == "torch"
+    assert resolve_backend("torch", "cuda") == "torch"
 
 
 @pytest.mark.gpu

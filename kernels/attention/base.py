@@ -47,6 +47,16 @@ class AttentionMetadata:
         return max(self.query_lens_host, default=0)
 
 
+@dataclass(frozen=True, slots=True)
+class AttentionShape:
+    """What a backend needs to know about the model before its first call."""
+
+    num_heads: int
+    num_kv_heads: int
+    head_dim: int
+    dtype: torch.dtype
+
+
 class AttentionBackend(ABC):
     """Writes the call's K/V into the paged caches, then attends over each sequence's history.
 
@@ -56,6 +66,12 @@ class AttentionBackend(ABC):
     """
 
     name: str = "base"
+    shape: AttentionShape | None = None
+
+    def configure(self, shape: AttentionShape) -> None:
+        """Record the model's attention shape (the runner calls it once); a backend that
+        cannot serve it raises a one-line ``ValueError`` naming the value."""
+        self.shape = shape
 
     def prepare(self, meta: AttentionMetadata) -> None:
         """Precompute per-call state (gather indices, masks) into ``meta.backend_state``."""

@@ -1,0 +1,156 @@
+"""The ``triton`` attention backend: the packed paged kernel behind ``AttentionBackend``.
+
+``prepare`` plans the call's work list on the host from the host lengths (``triton_plan``)
+and uploads it once, with the split-KV scratch; every layer's ``forward`` then launches
+the KV write and one attention kernel (plus the combine kernel when decode sequences were
+split), and reads nothing back. Runs on CUDA, or on the CPU under ``TRITON_INTERPRET=1``
+(Triton's interpreter: slow, for tests).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+
+from kernels.attention import triton_paged
+from kernels.attention.base import AttentionBackend, AttentionMetadata, AttentionShape
+from kernels.attention.triton_plan import LaunchPlan, SplitPolicy, plan_launch
+
+DTYPES = (torch.float32, torch.float16, torch.bfloat16)
+HEAD_DIMS = (8, 16, 32, 64, 128, 256)
+MAX_BLOCK_SIZE = 1024
+
+
+def check_shape(shape: AttentionShape) -> None:
+    """One-line ValueError for a shape the kernel cannot serve."""
+    if shape.head_dim not in HEAD_DIMS:
+        raise ValueError(f"attention_backend: triton needs head_dim in {HEAD_DIMS}, not "
+                         f"{shape.head_dim}; use attention_backend: torch")
+    if shape.dtype not in DTYPES:
+        raise ValueError(f"attention_backend: triton runs float32, float16 or bfloat16, not "
+                         f"{shape.dtype}; set runner.dtype")
+    if shape.num_kv_heads < 1 or shape.num_heads % shape.num_kv_heads:
+        raise ValueError(f"attention_backend: triton needs num_heads ({shape.num_heads}) a "
+                         f"multiple of num_kv_heads ({shape.num_kv_heads})")
+
+
+def check_block_size(block_size: int) -> None:
+    if not 1 <= block_size <= MAX_BLOCK_SIZE:
+        raise ValueError(f"cache.block_size: triton attention takes 1 to {MAX_BLOCK_SIZE}, not "
+                         f"{block_size}")
+
+
+def _upload(values: Sequence[int], device: torch.device) -> torch.Tensor:
+    """int64 on ``device`` without a host sync (pinned staging, as engine.uploads does)."""
+    host = torch.tensor(values, dtype=torch.int64)
+    if device.type != "cuda":
+        return host
+    return host.pin_memory().to(device, non_blocking=True)
+
+
+@dataclass(slots=True)
+class _TritonState:
+    plan: LaunchPlan
+    work: torch.Tensor
+    combine: torch.Tensor
+    partials: tuple[torch.Tensor, torch.Tensor, torch.Tensor]
+    tile_n: int
+    max_splits: int  # the combine kernel's split tile (a power of two)
+
+
+class TritonBackend(AttentionBackend):
+    """One attention launch per layer for every sequence of a core call.
+
+    ``split``: the split-KV policy (None: on CUDA, about two programs per SM; off on the
+    CPU interpreter). ``kv_write``: ``triton`` (one launch for K and V) or ``index_copy``
+    (two ``index_copy_``). ``block_m`` / ``tile_n`` override the tile sizes (tests, bench).
+    """
+
+    name = "triton"
+
+    def __init__(self, *, split: SplitPolicy | None = None, kv_write: str = "triton",
+                 block_m: int | None = None, tile_n: int | None = None) -> None:
+        if kv_write not in ("triton", "index_copy"):
+            raise ValueError(f"kv_write: 'triton' or 'index_copy', not {kv_write!r}")
+        self.split = split
+        self.kv_write = kv_write
+        self.block_m = block_m
+        self.tile_n = tile_n
+        self._dummy: dict[torch.device, torch.Tensor] = {}
+        self._auto_split: dict[torch.device, SplitPolicy] = {}
+
+    def configure(self, shape: AttentionShape) -> None:
+        check_shape(shape)
+        self.shape = shape
+
+    def _policy(self, device: torch.device) -> SplitPolicy:
+        if self.split is not None:
+            return self.split
+        policy = self._auto_split.get(device)
+        if policy is None:
+            sms = torch.cuda.get_device_properties(device).multi_processor_count if (
+                device.type == "cuda") else 0
+            policy = self._auto_split[device] = SplitPolicy(target_programs=2 * sms)
+        return policy
+
+    def prepare(self, meta: AttentionMetadata) -> None:
+        shape = self.shape
+        if shape is None:
+            raise ValueError("attention_backend: triton needs the model's shape; call "
+                             "configure(AttentionShape(...)) before prepare")
+        check_block_size(meta.block_size)
+        device = meta.block_tables.device
+        if device.type != "cuda" and not triton_paged.interpreted():
+            raise ValueError("attention_backend: triton on the CPU needs TRITON_INTERPRET=1 set "
+                             "before kernels.attention.triton_paged is imported")
+        tile_n = self.tile_n or (64 if shape.head_dim <= 128 else 32)
+        plan = plan_launch(
+            meta.context_lens_host, meta.query_lens_host, meta.num_decode_seqs,
+            group=shape.num_heads // shape.num_kv_heads, num_kv_heads=shape.num_kv_heads,
+            tile_n=tile_n, policy=self._policy(device), block_m=self.block_m,
+        )
+        packed = _upload(plan.work + plan.combine, device)
+        work, combine = packed[:len(plan.work)], packed[len(plan.work):]
+        if plan.num_parts:
+            heads, dim = shape.num_heads, shape.head_dim
+            partials = (
+                torch.empty(plan.num_parts, heads, dim, device=device, dtype=torch.float32),
+                torch.empty(plan.num_parts, heads, device=device, dtype=torch.float32),
+                torch.empty(plan.num_parts, heads, device=device, dtype=torch.float32),
+            )
+        else:
+            dummy = self._dummy.get(device)
+            if dummy is None:
+                dummy = self._dummy[device] = torch.empty(1, device=device, dtype=torch.float32)
+            partials = (dummy, dummy, dummy)
+        max_splits = 1 << max(0, self._policy(device).max_splits - 1).bit_length()
+        meta.backend_state = _TritonState(plan, work, combine, partials, tile_n, max_splits)
+
+    def write_kv(self, k: torch.Tensor, v: torch.Tensor, k_cache: torch.Tensor,
+                 v_cache: torch.Tensor, meta: AttentionMetadata) -> None:
+        if self.kv_write == "index_copy":
+            super().write_kv(k, v, k_cache, v_cache, meta)
+        else:
+            triton_paged.write_kv(k, v, k_cache, v_cache, meta.slot_mapping)
+
+    def attend(self, q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
+               meta: AttentionMetadata, scale: float) -> torch.Tensor:
+        state = meta.backend_state
+        if not isinstance(state, _TritonState):
+            raise RuntimeError("triton attention: prepare(meta) was not called for this core call")
+        if q.dtype != k_cache.dtype:
+            raise ValueError(f"triton attention: q is {q.dtype} but the KV cache {k_cache.dtype}")
+        if q.stride(-1) != 1:
+            q = q.contiguous()
+        out = torch.empty_like(q)
+        plan = state.plan
+        triton_paged.paged_attention(
+            q, k_cache, v_cache, out, meta.block_tables, state.work, plan.num_items,
+            state.partials, scale, block_m=plan.block_m, tile_n=state.tile_n,
+        )
+        if plan.num_combine:
+            triton_paged.combine(out, state.partials, state.combine, plan.num_combine,
+                                 state.max_splits)
+        return out

@@ -1,0 +1,190 @@
+"""Triton kernels for packed paged attention over mixed decode/prompt batches.
+
+``paged_attention`` is one launch for every sequence of a core call: its grid is (work item,
+KV head), a work item being a tile of query rows of one sequence over one key range
+(``triton_plan``). A program keeps every query head of its KV head's group in its M tile
+(GQA: each K/V tile is read once for the group), walks its keys in tiles of ``tile_n``
+looking each key's slot up through the sequence's block table (so any page size works),
+and keeps an online softmax in fp32 (exp2 with the scale folded in). Causality and the
+prefix offset come from each row's query position. Split items (long decode contexts) write
+unnormalised partials that ``combine`` merges. ``write_kv`` stores the call's K and V rows
+at their slots in one launch.
+
+Tensors: q/out [rows, heads, head_dim]; caches [blocks, block_size, kv_heads, head_dim]
+(last dim contiguous); block tables [seqs, max_blocks] int64; work/combine int64.
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+LOG2E = 1.4426950408889634
+
+
+@triton.jit
+def _paged_attention_kernel(
+    Q, K, V, OUT, BT, WORK, PART_ACC, PART_M, PART_L,
+    qk_scale,
+    stride_qr, stride_qh, stride_or, stride_oh,
+    stride_kb, stride_ks, stride_kh, stride_vb, stride_vs, stride_vh,
+    stride_bt, num_heads,
+    BLOCK_SIZE: tl.constexpr, GROUP: tl.constexpr, BLOCK_M: tl.constexpr,
+    HEAD_DIM: tl.constexpr, TILE_N: tl.constexpr, IEEE: tl.constexpr,
+):
+    item = tl.program_id(0)
+    kvh = tl.program_id(1)
+    w = WORK + item * 8
+    seq = tl.load(w)
+    row0 = tl.load(w + 1)
+    n_rows = tl.load(w + 2)
+    pos0 = tl.load(w + 3)
+    lo = tl.load(w + 4)
+    hi = tl.load(w + 5)
+    part = tl.load(w + 6)
+
+    m = tl.arange(0, BLOCK_M)
+    qi = m // GROUP  # query row within the tile
+    head = kvh * GROUP + m % GROUP
+    row_ok = qi < n_rows
+    d = tl.arange(0, HEAD_DIM)
+    q = tl.load(Q + (row0 + qi)[:, None] * stride_qr + head[:, None] * stride_qh + d[None, :],
+                mask=row_ok[:, None], other=0.0)
+    qpos = pos0 + qi
+
+    m_i = tl.full([BLOCK_M], float("-inf"), tl.float32)
+    l_i = tl.zeros([BLOCK_M], tl.float32)
+    acc = tl.zeros([BLOCK_M, HEAD_DIM], tl.float32)
+    bt_row = BT + seq * stride_bt
+    for start in range(lo, hi, TILE_N):
+        n = start + tl.arange(0, TILE_N)
+        n_ok = n < hi
+        blk = tl.load(bt_row + n // BLOCK_SIZE, mask=n_ok, other=0)
+        off = n % BLOCK_SIZE
+        k = tl.load(K + (blk * stride_kb + off * stride_ks + kvh * stride_kh)[:, None] + d[None, :],
+                    mask=n_ok[:, None], other=0.0)
+        v = tl.load(V + (blk * stride_vb + off * stride_vs + kvh * stride_vh)[:, None] + d[None, :],
+                    mask=n_ok[:, None], other=0.0)
+        if IEEE:
+            s = tl.dot(q, tl.trans(k), input_precision="ieee")
+        else:
+            s = tl.dot(q, tl.trans(k))
+        s = s * qk_scale
+        visible = n_ok[None, :] & (n[None, :] <= qpos[:, None])
+        s = tl.where(visible, s, float("-inf"))
+        m_new = tl.maximum(m_i, tl.max(s, 1))
+        m_use = tl.where(m_new == float("-inf"), 0.0, m_new)  # rows that saw nothing yet
+        p = tl.exp2(s - m_use[:, None])
+        alpha = tl.exp2(m_i - m_use)
+        l_i = l_i * alpha + tl.sum(p, 1)
+        if IEEE:
+            pv = tl.dot(p.to(v.dtype), v, input_precision="ieee")
+        else:
+            pv = tl.dot(p.to(v.dtype), v)
+        acc = acc * alpha[:, None] + pv
+        m_i = m_new
+
+    if part < 0:
+        out = acc / tl.where(l_i == 0.0, 1.0, l_i)[:, None]
+        tl.store(OUT + (row0 + qi)[:, None] * stride_or + head[:, None] * stride_oh + d[None, :],
+                 out.to(OUT.dtype.element_ty), mask=row_ok[:, None])
+    else:
+        hrow = part * num_heads + head
+        tl.store(PART_ACC + hrow[:, None] * HEAD_DIM + d[None, :], acc, mask=row_ok[:, None])
+        tl.store(PART_M + hrow, m_i, mask=row_ok)
+        tl.store(PART_L + hrow, l_i, mask=row_ok)
+
+
+@triton.jit
+def _combine_kernel(
+    OUT, PART_ACC, PART_M, PART_L, COMBINE, stride_or, stride_oh, num_heads,
+    HEAD_DIM: tl.constexpr, MAX_SPLITS: tl.constexpr,
+):
+    c = tl.program_id(0)
+    h = tl.program_id(1)
+    row = tl.load(COMBINE + c * 4)
+    p0 = tl.load(COMBINE + c * 4 + 1)
+    n = tl.load(COMBINE + c * 4 + 2)
+    s = tl.arange(0, MAX_SPLITS)
+    ok = s < n
+    idx = (p0 + s) * num_heads + h
+    mm = tl.load(PART_M + idx, mask=ok, other=float("-inf"))
+    ll = tl.load(PART_L + idx, mask=ok, other=0.0)
+    d = tl.arange(0, HEAD_DIM)
+    acc = tl.load(PART_ACC + idx[:, None] * HEAD_DIM + d[None, :], mask=ok[:, None], other=0.0)
+    wgt = tl.exp2(mm - tl.max(mm, 0))
+    out = tl.sum(acc * wgt[:, None], 0) / tl.sum(ll * wgt, 0)
+    tl.store(OUT + row * stride_or + h * stride_oh + d, out.to(OUT.dtype.element_ty))
+
+
+@triton.jit
+def _write_kv_kernel(K, V, KC, VC, SLOT, stride_k, stride_v, ROW: tl.constexpr,
+                     BLOCK: tl.constexpr):
+    r = tl.program_id(0)
+    i = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
+    ok = i < ROW
+    slot = tl.load(SLOT + r)
+    tl.store(KC + slot * ROW + i, tl.load(K + r * stride_k + i, mask=ok), mask=ok)
+    tl.store(VC + slot * ROW + i, tl.load(V + r * stride_v + i, mask=ok), mask=ok)
+
+
+def interpreted() -> bool:
+    """Whether these kernels were built for Triton's CPU interpreter (TRITON_INTERPRET=1 was
+    set when this module was imported)."""
+    return type(_paged_attention_kernel).__name__ == "InterpretedFunction"
+
+
+def _num_warps(block_m: int, head_dim: int) -> int:
+    return 4 if block_m * head_dim <= 4096 else 8
+
+
+def paged_attention(
+    q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, out: torch.Tensor,
+    block_tables: torch.Tensor, work: torch.Tensor, num_items: int,
+    partials: tuple[torch.Tensor, torch.Tensor, torch.Tensor], scale: float,
+    *, block_m: int, tile_n: int,
+) -> None:
+    """Attention of every work item into ``out`` (or the partials of split items)."""
+    num_heads, head_dim = q.shape[1], q.shape[2]
+    num_kv_heads = k_cache.shape[2]
+    acc, mx, lse = partials
+    _paged_attention_kernel[(num_items, num_kv_heads)](
+        q, k_cache, v_cache, out, block_tables, work, acc, mx, lse,
+        scale * LOG2E,
+        q.stride(0), q.stride(1), out.stride(0), out.stride(1),
+        k_cache.stride(0), k_cache.stride(1), k_cache.stride(2),
+        v_cache.stride(0), v_cache.stride(1), v_cache.stride(2),
+        block_tables.stride(0), num_heads,
+        BLOCK_SIZE=k_cache.shape[1], GROUP=num_heads // num_kv_heads, BLOCK_M=block_m,
+        HEAD_DIM=head_dim, TILE_N=tile_n, IEEE=q.dtype == torch.float32,
+        num_warps=_num_warps(block_m, head_dim), num_stages=2,
+    )
+
+
+def combine(
+    out: torch.Tensor, partials: tuple[torch.Tensor, torch.Tensor, torch.Tensor],
+    combine_list: torch.Tensor, num_combine: int, max_splits: int,
+) -> None:
+    """Merge split items' partials into their output rows."""
+    acc, mx, lse = partials
+    num_heads, head_dim = out.shape[1], out.shape[2]
+    _combine_kernel[(num_combine, num_heads)](
+        out, acc, mx, lse, combine_list, out.stride(0), out.stride(1), num_heads,
+        HEAD_DIM=head_dim, MAX_SPLITS=max_splits, num_warps=4,
+    )
+
+
+def write_kv(k: torch.Tensor, v: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
+             slot_mapping: torch.Tensor) -> None:
+    """K and V rows [rows, kv_heads, head_dim] into their flat slots, one launch for both."""
+    if k.stride(-1) != 1 or k.stride(-2) != k.shape[-1]:
+        k = k.contiguous()
+    if v.stride(-1) != 1 or v.stride(-2) != v.shape[-1]:
+        v = v.contiguous()
+    row = k.shape[1] * k.shape[2]
+    block = min(triton.next_power_of_2(row), 4096)
+    _write_kv_kernel[(k.shape[0], triton.cdiv(row, block))](
+        k, v, k_cache, v_cache, slot_mapping, k.stride(0), v.stride(0), ROW=row, BLOCK=block,
+        num_warps=4,
+    )
