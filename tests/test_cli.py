@@ -161,3 +161,7 @@ def test_cpu_target_runs_the_real_engine(tmp_path: Path) -> None:
     assert run["num_requests"] == 3 and run["valid"], run["invalid_reason"]
     env = json.loads((out / "env.json").read_text())
     assert env["versions"]["torch"]  # the real engine imported torch
+    # auto resolved on the CPU: the backend that ran is recorded and shown in the report.
+    assert env["runner"] == {"attention_backend": "torch", "requested": "auto",
+                             "dtype": "float32"}
+    assert "attention torch, float32" in (out / "report.html").read_text()

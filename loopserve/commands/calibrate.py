@@ -55,7 +55,8 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
                    help="CPU only: torch intra-op threads (default 1: steadier on shared "
                    "machines; fidelity runs with the profile's count)")
     p.add_argument("--block-size", default="16", help="KV block size (default 16)")
-    p.add_argument("--attention-backend", default="torch", help="attention backend (torch)")
+    p.add_argument("--attention-backend", default="auto",
+                   help="attention backend: auto (triton on cuda, torch on cpu), torch, triton")
     p.add_argument("--seed", default="0", help="weights and shape-order seed (default 0)")
     p.add_argument("--no-progress", action="store_true", help="hide the progress bar")
     p.set_defaults(handler=main)
@@ -93,18 +94,20 @@ def main(args: argparse.Namespace, argv: list[str]) -> int:
         raise UserError("--out", f"{out} is a folder; name a .json file or a new folder")
     check_real(args.target)
     # Lazy: the backends and the calibration load torch, which only this command needs.
-    from kernels.attention import get_backend
+    from kernels.attention import get_backend, resolve_backend
     from loopserve.calibrate.job import calibrate
 
+    backend = resolve_backend(args.attention_backend, args.target)  # auto: what will run
+
     try:
-        get_backend(args.attention_backend)
+        get_backend(backend)
     except ValueError as err:
         raise UserError("--attention-backend", str(err).split(": ", 1)[-1]) from None
     allocator = steady_allocator()  # before any tensor: the real loop runs the same way
     try:
         result = calibrate(target=args.target, model=args.model, repeats=repeats,
                            max_seconds=max_s, quick=args.quick, threads=threads,
-                           block_size=block, backend=args.attention_backend, seed=seed,
+                           block_size=block, backend=backend, seed=seed,
                            progress=not args.no_progress, command=argv,
                            allocator=allocator)
     except (ValueError, OSError, KeyError) as err:

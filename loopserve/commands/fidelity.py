@@ -125,7 +125,8 @@ def main(args: argparse.Namespace, argv: list[str]) -> int:
             started_s=started, run_wall_s=[
                 {"world": w, "arm": r.spec.arm, "point_id": r.spec.point_id,
                  "repeat": r.spec.repeat, "wall_s": round(r.records.wall_s, 6)}
-                for w, runs in (("sim", sim_runs), ("measured", real_runs)) for r in runs]))
+                for w, runs in (("sim", sim_runs), ("measured", real_runs)) for r in runs],
+            runner=real_plan.real.info() if real_plan.real is not None else None))
         write_fidelity_report(tmp / "report.html", scn, result, sim_runs, real_runs, cost)
     print(_table(result))
     print(f"report: {dest / 'report.html'}")

@@ -72,7 +72,8 @@ def write_run(dest: Path, plan: Plan, runs: Sequence[RunResult], *, argv: list[s
                    "wall_s": round(r.records.wall_s, 6)} for r in runs]
         files.write_json(tmp / "env.json", env_info.collect(
             target=plan.target, hardware=scn.hardware, run_id=dest.name, argv=argv,
-            started_s=started_s, run_wall_s=timing))
+            started_s=started_s, run_wall_s=timing,
+            runner=plan.real.info() if plan.real is not None else None))
         write_run_report([load_run(tmp, label=dest.name)], tmp, write_pngs=True)
     return dest / "report.html"
 

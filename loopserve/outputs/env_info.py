@@ -81,10 +81,10 @@ def device_info(target: str, hardware: str) -> dict[str, Any]:
 
 def collect(
     *, target: str, hardware: str, run_id: str, argv: list[str], started_s: float,
-    run_wall_s: list[dict[str, Any]],
+    run_wall_s: list[dict[str, Any]], runner: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """The whole env.json document."""
-    return {
+    """The whole env.json document (``runner``: the real engine's backend and dtype)."""
+    doc: dict[str, Any] = {
         "run_id": run_id,
         "command": argv,
         "cwd": os.getcwd(),
@@ -97,3 +97,6 @@ def collect(
         "native": native_build(),
         "runs_wall_s": run_wall_s,
     }
+    if runner is not None:
+        doc["runner"] = runner
+    return doc

@@ -229,11 +229,14 @@ def _runs_header(runs: Sequence[RunData]) -> str:
         s, env = run.scenario, run.env
         git = env.get("git", {})
         cost = s.get("cost", {})
+        real = env.get("runner")  # real targets: the attention backend that ran
+        engine = (f"attention {_e(real.get('attention_backend'))}, {_e(real.get('dtype'))}; "
+                  if real else "")
         items.append(
             f"<li><b>{_e(run.label)}</b>: target <b>{_e(run.target)}</b>, model "
             f"{_e(s.get('model'))}, hardware {_e(s.get('hardware'))}, cost "
             f"{_e(cost.get('kind'))}, arms {_e(', '.join(run.arms))}, "
-            f"{len(run.points)} point(s) x {_e(s.get('repeats', 1))} repeat(s); "
+            f"{len(run.points)} point(s) x {_e(s.get('repeats', 1))} repeat(s); {engine}"
             f"run {_e(env.get('run_id', run.path.name))} at {_e(env.get('started_at', '?'))}, "
             f"commit {_e((git.get('commit') or '?')[:12])}{' (dirty)' if git.get('dirty') else ''}"
             "</li>")

@@ -135,7 +135,7 @@ class SloSpec(StrictModel):
 class RunnerSpec(StrictModel):
     """Real-engine settings (``--target cpu|cuda``); the simulator ignores them."""
 
-    attention_backend: str = "torch"
+    attention_backend: str = "auto"  # triton on cuda, torch on cpu; env.json says which ran
     dtype: Literal["float32", "bfloat16", "float16"] | None = None  # None: fp32 cpu, bf16 cuda
     warmup: bool = True  # one untimed run of the first arm first (allocator, kernels, caches)
     # torch intra-op threads on CPU (None: torch's default); calibrated CPU profiles record

@@ -7,7 +7,7 @@ second, so the simulator path never loads torch.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol
 
 from engine.core.config import EngineConfig
 from engine.core.records import ArrivalSource, RunRecords
@@ -29,4 +29,8 @@ class Target(Protocol):
 
     def run(self, spec: RunSpec, source: ArrivalSource) -> RunRecords:
         """Every request of ``source`` through an engine configured by ``spec.cfg``."""
+        ...
+
+    def info(self) -> dict[str, Any] | None:
+        """What env.json records of the engine that ran (``runner``); None: nothing."""
         ...

@@ -8,6 +8,8 @@ EngineConfig.
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 
 from engine.core.config import EngineConfig
@@ -37,6 +39,7 @@ class RealTarget:
         r = scn.runner
         self.dtype = getattr(torch, r.dtype) if r.dtype else default_dtype(target)
         self.attention_backend = r.attention_backend
+        self.backend_used: str | None = None  # what the runners ran (auto resolved)
         if target == "cpu":
             # Same allocator as `loopserve calibrate`, so measured steps match the profile.
             steady_allocator()
@@ -51,10 +54,17 @@ class RealTarget:
         """A fresh ModelRunner for one run; UserError naming the runner field if it cannot
         be built (an unavailable attention backend, say)."""
         try:
-            return build_runner(self.model, cfg, self.device, self.dtype, seed,
-                                self.attention_backend)
+            runner = build_runner(self.model, cfg, self.device, self.dtype, seed,
+                                  self.attention_backend)
         except ValueError as err:
             raise UserError.from_value_error(err, "runner") from None
+        self.backend_used = runner.backend.name
+        return runner
+
+    def info(self) -> dict[str, Any]:
+        """What env.json records of the real engine: the backend that ran, the dtype."""
+        return {"attention_backend": self.backend_used, "requested": self.attention_backend,
+                "dtype": str(self.dtype).removeprefix("torch.")}
 
     def run(self, spec: RunSpec, source: ArrivalSource) -> RunRecords:
         return run_realtime(spec.cfg, source, self.runner(spec.cfg, spec.seed))

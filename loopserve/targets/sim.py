@@ -25,6 +25,9 @@ class SimTarget:
     def run(self, spec: RunSpec, source: ArrivalSource) -> RunRecords:
         return self.simulate(spec, source, self.costs[spec.point_id])
 
+    def info(self) -> None:
+        return None
+
     def simulate(self, spec: RunSpec, source: ArrivalSource, cost: CostModel) -> RunRecords:
         """One run priced by ``cost`` instead of the point's own (fidelity's capture)."""
         signal_fn = make_signal_fn(spec.cfg.exit, self.shape.num_depths, seed=spec.seed,
