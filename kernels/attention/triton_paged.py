@@ -21,9 +21,25 @@ import triton
 import triton.language as tl
 
 LOG2E = 1.4426950408889634
+NUM_STAGES = 3  # cp.async pipelining of the K/V tiles and the block-table loads (triton_aot)
 
 
 @triton.jit
+def _dot(a, b, SMALL: tl.constexpr, IEEE: tl.constexpr):
+    """a [M, K] @ b [K, N] in fp32. The tensor cores need K >= 16: below (head_dim 8, the
+    tiny model's) a broadcast product and sum instead."""
+    if SMALL:
+        out = tl.sum(a.to(tl.float32)[:, :, None] * b.to(tl.float32)[None, :, :], 1)
+    elif IEEE:
+        out = tl.dot(a, b, input_precision="ieee")
+    else:
+        out = tl.dot(a, b)
+    return out
+
+
+# Arguments whose value or alignment changes from call to call are not specialised on, so a
+# serving run never stops to compile a kernel variant mid-run.
+@triton.jit(do_not_specialize=["stride_bt"], do_not_specialize_on_alignment=["BT"])
 def _paged_attention_kernel(
     Q, K, V, OUT, BT, WORK, PART_ACC, PART_M, PART_L,
     qk_scale,
@@ -66,11 +82,7 @@ def _paged_attention_kernel(
                     mask=n_ok[:, None], other=0.0)
         v = tl.load(V + (blk * stride_vb + off * stride_vs + kvh * stride_vh)[:, None] + d[None, :],
                     mask=n_ok[:, None], other=0.0)
-        if IEEE:
-            s = tl.dot(q, tl.trans(k), input_precision="ieee")
-        else:
-            s = tl.dot(q, tl.trans(k))
-        s = s * qk_scale
+        s = _dot(q, tl.trans(k), HEAD_DIM < 16, IEEE) * qk_scale
         visible = n_ok[None, :] & (n[None, :] <= qpos[:, None])
         s = tl.where(visible, s, float("-inf"))
         m_new = tl.maximum(m_i, tl.max(s, 1))
@@ -78,11 +90,7 @@ def _paged_attention_kernel(
         p = tl.exp2(s - m_use[:, None])
         alpha = tl.exp2(m_i - m_use)
         l_i = l_i * alpha + tl.sum(p, 1)
-        if IEEE:
-            pv = tl.dot(p.to(v.dtype), v, input_precision="ieee")
-        else:
-            pv = tl.dot(p.to(v.dtype), v)
-        acc = acc * alpha[:, None] + pv
+        acc = acc * alpha[:, None] + _dot(p.to(v.dtype), v, HEAD_DIM < 16, IEEE)
         m_i = m_new
 
     if part < 0:
@@ -118,7 +126,7 @@ def _combine_kernel(
     tl.store(OUT + row * stride_or + h * stride_oh + d, out.to(OUT.dtype.element_ty))
 
 
-@triton.jit
+@triton.jit(do_not_specialize_on_alignment=["SLOT"])
 def _write_kv_kernel(K, V, KC, VC, SLOT, stride_k, stride_v, ROW: tl.constexpr,
                      BLOCK: tl.constexpr):
     r = tl.program_id(0)
@@ -158,7 +166,7 @@ def paged_attention(
         block_tables.stride(0), num_heads,
         BLOCK_SIZE=k_cache.shape[1], GROUP=num_heads // num_kv_heads, BLOCK_M=block_m,
         HEAD_DIM=head_dim, TILE_N=tile_n, IEEE=q.dtype == torch.float32,
-        num_warps=_num_warps(block_m, head_dim), num_stages=2,
+        num_warps=_num_warps(block_m, head_dim), num_stages=NUM_STAGES,
     )
 
 

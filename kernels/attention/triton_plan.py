@@ -59,9 +59,10 @@ def _pow2_at_least(n: int) -> int:
 
 def choose_block_m(group: int, max_query_len: int) -> int:
     """Rows of the kernel's M tile: query rows x the heads of one KV group. At least 16 (the
-    tensor cores' smallest M); up to 64 when prompts can fill it."""
+    tensor cores' smallest M); 64 for calls whose prompt rows need more. Two values only, so
+    a model compiles two variants of the kernel, both in its warm-up."""
     small = max(16, _pow2_at_least(group))
-    return max(small, min(64, _pow2_at_least(max_query_len * group)))
+    return small if max_query_len * group <= small else max(small, 64)
 
 
 def _splits(ctx: int, want: float, policy: SplitPolicy, tile_n: int) -> tuple[int, int]:
