@@ -6,11 +6,11 @@ block table of its depth plane and writes one KV slot per token.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 import torch
 
+from engine.block_tables import DeviceBlockTables
 from engine.core.batch import ItemKind, ScheduledItem
 from engine.core.block_manager import BlockManager
 from engine.core.errors import KVIntegrityError
@@ -30,24 +30,29 @@ class PreparedCall:
 
 
 def prepare_call(
-    pairs: CallPairs, block_manager: BlockManager, device: torch.device
+    pairs: CallPairs, block_manager: BlockManager, device: torch.device,
+    tables: DeviceBlockTables,
 ) -> PreparedCall:
     """Metadata for one core call over (item, depth) pairs in row order (decode first); the
-    backend's own ``prepare`` is the caller's. KVIntegrityError when a row would read a
+    backend's own ``prepare`` is the caller's. The block tables come from ``tables``, the
+    device mirror (only their new entries travel). KVIntegrityError when a row would read a
     history that was never written or two rows would write one slot."""
     block_size = block_manager.block_size
     positions: list[int] = []
     slots: list[int] = []
-    tables: list[list[int]] = []
+    row_keys: list[tuple[tuple[str, int], int]] = []
+    host_tables: list[list[int]] = []
     ctx_lens: list[int] = []
     q_lens: list[int] = []
     row_ranges: list[tuple[int, int]] = []
     num_decode = 0
+    block_table, written_to, plane = (block_manager.block_table, block_manager.written,
+                                      block_manager.plane)
     for item, depth in pairs:
         key = item.key
-        table = block_manager.block_table(key, depth)
+        table = block_table(key, depth)
         start, n = item.position, item.num_tokens
-        written = block_manager.written(key, depth)
+        written = written_to(key, depth)
         if written < start:
             raise KVIntegrityError(
                 f"request {key}: depth {depth} history ends at {written} but a row at "
@@ -55,29 +60,38 @@ def prepare_call(
             )
         if item.kind is ItemKind.DECODE:
             num_decode += 1
-        row_ranges.append((len(positions), len(positions) + n))
-        for p in range(start, start + n):
-            positions.append(p)
-            slots.append(table[p // block_size] * block_size + p % block_size)
-        tables.append(table)
+        row = len(positions)
+        row_ranges.append((row, row + n))
+        if n == 1:  # decode rows: no per-position loop
+            positions.append(start)
+            slots.append(table[start // block_size] * block_size + start % block_size)
+        else:
+            positions += range(start, start + n)
+            slots += [table[p // block_size] * block_size + p % block_size
+                      for p in range(start, start + n)]
+        row_keys.append((key, plane(depth)))
+        host_tables.append(table)
         ctx_lens.append(start + n)
         q_lens.append(n)
     if len(set(slots)) != len(slots):
         raise KVIntegrityError("two rows of one core call write the same KV slot")
-    num_rows, num_seqs = len(positions), len(tables)
-    max_blocks = math.ceil(max(ctx_lens) / block_size)
-    flat_tables = [b for t in tables for b in (t[:max_blocks] + [0] * (max_blocks - len(t)))]
+    num_rows, num_seqs = len(positions), len(host_tables)
+    max_blocks = -(-max(ctx_lens) // block_size)
+    rows, upd_idx, upd_vals = tables.rows(row_keys, host_tables, block_manager.holds)
     starts = [0]
     for n in q_lens:
         starts.append(starts[-1] + n)
-    # One host->device copy for all integer metadata.
-    packed = upload_ints(positions + slots + ctx_lens + starts + flat_tables, device)
-    pos_t, slot_t, ctx_t, start_t, table_t = torch.split(
-        packed, [num_rows, num_rows, num_seqs, num_seqs + 1, num_seqs * max_blocks]
+    # One host->device copy for all integer metadata, block-table updates included.
+    packed = upload_ints(positions + slots + ctx_lens + starts + rows + upd_idx + upd_vals,
+                         device)
+    pos_t, slot_t, ctx_t, start_t, rows_t, idx_t, vals_t = torch.split(
+        packed, [num_rows, num_rows, num_seqs, num_seqs + 1, num_seqs, len(upd_idx),
+                 len(upd_vals)]
     )
+    tables.apply(idx_t, vals_t)
     meta = AttentionMetadata(
         slot_mapping=slot_t,
-        block_tables=table_t.view(num_seqs, max_blocks),
+        block_tables=tables.gather(rows_t, max_blocks),
         context_lens=ctx_t,
         query_start_loc=start_t,
         block_size=block_size,

@@ -15,6 +15,7 @@ from collections.abc import Callable
 
 import torch
 
+from engine.block_tables import DeviceBlockTables
 from engine.call_metadata import CallPairs, PreparedCall, prepare_call
 from engine.core.batch import Batch, Housekeeping, ItemKind, ScheduledItem
 from engine.core.block_manager import BlockManager
@@ -94,6 +95,8 @@ class ModelRunner:
 
     def _allocate_states(self, cfg: EngineConfig) -> None:
         sched, hidden = cfg.scheduler, cfg.model.hidden_size
+        planes = cfg.cache.num_planes(cfg.model.num_depths)
+        self._tables = DeviceBlockTables(sched.max_num_seqs * planes, 64, self.device)
         self.prompt_states = PromptStateBuffers(
             sched.max_num_seqs, sched.effective_chunk_size, hidden, self.device, self.dtype
         )
@@ -192,7 +195,7 @@ class ModelRunner:
     # ---- core calls ----------------------------------------------------------------------
     def _prepare_batch(self, pairs: CallPairs) -> PreparedCall:
         t0 = time.perf_counter()
-        prep = prepare_call(pairs, self._bound_block_manager(), self.device)
+        prep = prepare_call(pairs, self._bound_block_manager(), self.device, self._tables)
         self.backend.prepare(prep.meta)
         self.last_prepare_s += time.perf_counter() - t0
         return prep

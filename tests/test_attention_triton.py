@@ -112,7 +112,7 @@ def test_split_kv_merges_the_partials() -> None:
     case = make_case([290, 260], [], num_heads=2, num_kv_heads=2, head_dim=16, block_size=8,
                      dtype=torch.float32, device=DEVICE, seed=7)
     got, want = _run(case, TritonBackend(split=SPLIT), 0.25)
-    assert case.meta.backend_state.plan.num_parts > 2
+    assert case.meta.backend_state.plan.num_splits > 2
     _close(got, want, torch.float32)
 
 

@@ -73,7 +73,7 @@ def compile_attention(v: Variant, *, arch: int = 90, num_warps: int | None = Non
     const = dict(BLOCK_SIZE=v.block_size, GROUP=v.group, BLOCK_M=v.block_m,
                  HEAD_DIM=v.head_dim, TILE_N=v.tile_n, IEEE=v.dtype == "float32")
     ptr = _PTR[v.dtype]
-    kinds = {"Q": ptr, "K": ptr, "V": ptr, "OUT": ptr, "BT": "*i64", "WORK": "*i64",
+    kinds = {"Q": ptr, "K": ptr, "V": ptr, "OUT": ptr, "BT": "*i64", "CTX": "*i64", "WORK": "*i64",
              "PART_ACC": "*fp32", "PART_M": "*fp32", "PART_L": "*fp32", "qk_scale": "fp32"}
     sig = {n: "constexpr" if n in const else kinds.get(n, "i64") for n in fn.arg_names}
     src = ASTSource(fn=fn, signature=sig, constexprs=const, attrs=_attrs(fn, sig))
@@ -99,7 +99,7 @@ def compile_helpers(dtype: str = "bfloat16", head_dim: int = 128, kv_row: int = 
     out: dict[str, Any] = {}
     specs = {
         "combine": (tp._combine_kernel, {"OUT": ptr, "PART_ACC": "*fp32", "PART_M": "*fp32",
-                                         "PART_L": "*fp32", "COMBINE": "*i64"},
+                                         "PART_L": "*fp32"},
                     {"HEAD_DIM": head_dim, "MAX_SPLITS": 16}),
         "write_kv": (tp._write_kv_kernel, {"K": ptr, "V": ptr, "KC": ptr, "VC": ptr,
                                            "SLOT": "*i64"},

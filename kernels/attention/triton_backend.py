@@ -1,7 +1,7 @@
 """The ``triton`` attention backend: the packed paged kernel behind ``AttentionBackend``.
 
-``prepare`` plans the call's work list on the host from the host lengths (``triton_plan``)
-and uploads it once, with the split-KV scratch; every layer's ``forward`` then launches
+``prepare`` plans the call on the host from the host lengths (``triton_plan``) and uploads
+its prompt work list, if any (decode programs need none); every layer's ``forward`` launches
 the KV write and one attention kernel (plus the combine kernel when decode sequences were
 split), and reads nothing back. Runs on CUDA, or on the CPU under ``TRITON_INTERPRET=1``
 (Triton's interpreter: slow, for tests).
@@ -9,6 +9,7 @@ split), and reads nothing back. Runs on CUDA, or on the CPU under ``TRITON_INTER
 
 from __future__ import annotations
 
+import array
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -44,7 +45,7 @@ def check_block_size(block_size: int) -> None:
 
 def _upload(values: Sequence[int], device: torch.device) -> torch.Tensor:
     """int64 on ``device`` without a host sync (pinned staging, as engine.uploads does)."""
-    host = torch.tensor(values, dtype=torch.int64)
+    host = torch.frombuffer(array.array("q", values), dtype=torch.int64)
     if device.type != "cuda":
         return host
     return host.pin_memory().to(device, non_blocking=True)
@@ -53,10 +54,10 @@ def _upload(values: Sequence[int], device: torch.device) -> torch.Tensor:
 @dataclass(slots=True)
 class _TritonState:
     plan: LaunchPlan
-    work: torch.Tensor
-    combine: torch.Tensor
+    work: torch.Tensor  # the prompt tiles (a placeholder when there are none)
     partials: tuple[torch.Tensor, torch.Tensor, torch.Tensor]
     tile_n: int
+    chunk: int
     max_splits: int  # the combine kernel's split tile (a power of two)
 
 
@@ -78,8 +79,10 @@ class TritonBackend(AttentionBackend):
         self.kv_write = kv_write
         self.block_m = block_m
         self.tile_n = tile_n
-        self._dummy: dict[torch.device, torch.Tensor] = {}
         self._auto_split: dict[torch.device, SplitPolicy] = {}
+        # Split-KV scratch, grown as needed and reused by every call (stream order keeps
+        # one call's partials from meeting the next's).
+        self._scratch: dict[torch.device, tuple[torch.Tensor, torch.Tensor, torch.Tensor]] = {}
 
     def configure(self, shape: AttentionShape) -> None:
         check_shape(shape)
@@ -95,6 +98,18 @@ class TritonBackend(AttentionBackend):
             policy = self._auto_split[device] = SplitPolicy(target_programs=2 * sms)
         return policy
 
+    def _partials(self, device: torch.device, parts: int
+                  ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        held = self._scratch.get(device)
+        if held is None or held[1].shape[0] < parts:
+            assert self.shape is not None
+            heads, dim, n = self.shape.num_heads, self.shape.head_dim, max(1, parts)
+            f32 = {"device": device, "dtype": torch.float32}
+            held = self._scratch[device] = (torch.empty(n, heads, dim, **f32),
+                                            torch.empty(n, heads, **f32),
+                                            torch.empty(n, heads, **f32))
+        return held
+
     def prepare(self, meta: AttentionMetadata) -> None:
         shape = self.shape
         if shape is None:
@@ -106,27 +121,18 @@ class TritonBackend(AttentionBackend):
             raise ValueError("attention_backend: triton on the CPU needs TRITON_INTERPRET=1 set "
                              "before kernels.attention.triton_paged is imported")
         tile_n = self.tile_n or (64 if shape.head_dim <= 128 else 32)
+        policy = self._policy(device)
         plan = plan_launch(
             meta.context_lens_host, meta.query_lens_host, meta.num_decode_seqs,
             group=shape.num_heads // shape.num_kv_heads, num_kv_heads=shape.num_kv_heads,
-            tile_n=tile_n, policy=self._policy(device), block_m=self.block_m,
+            tile_n=tile_n, policy=policy, block_m=self.block_m,
         )
-        packed = _upload(plan.work + plan.combine, device)
-        work, combine = packed[:len(plan.work)], packed[len(plan.work):]
-        if plan.num_parts:
-            heads, dim = shape.num_heads, shape.head_dim
-            partials = (
-                torch.empty(plan.num_parts, heads, dim, device=device, dtype=torch.float32),
-                torch.empty(plan.num_parts, heads, device=device, dtype=torch.float32),
-                torch.empty(plan.num_parts, heads, device=device, dtype=torch.float32),
-            )
-        else:
-            dummy = self._dummy.get(device)
-            if dummy is None:
-                dummy = self._dummy[device] = torch.empty(1, device=device, dtype=torch.float32)
-            partials = (dummy, dummy, dummy)
-        max_splits = 1 << max(0, self._policy(device).max_splits - 1).bit_length()
-        meta.backend_state = _TritonState(plan, work, combine, partials, tile_n, max_splits)
+        # Decode programs need no list; with split-KV off, one chunk spans every context.
+        work = _upload(plan.work, device) if plan.work else meta.context_lens
+        chunk = plan.chunk or max(meta.context_lens_host, default=1)
+        max_splits = 1 << max(0, policy.max_splits - 1).bit_length()
+        meta.backend_state = _TritonState(plan, work, self._partials(device, plan.num_parts),
+                                          tile_n, chunk, max_splits)
 
     def write_kv(self, k: torch.Tensor, v: torch.Tensor, k_cache: torch.Tensor,
                  v_cache: torch.Tensor, meta: AttentionMetadata) -> None:
@@ -147,10 +153,12 @@ class TritonBackend(AttentionBackend):
         out = torch.empty_like(q)
         plan = state.plan
         triton_paged.paged_attention(
-            q, k_cache, v_cache, out, meta.block_tables, state.work, plan.num_items,
-            state.partials, scale, block_m=plan.block_m, tile_n=state.tile_n,
+            q, k_cache, v_cache, out, meta.block_tables, meta.context_lens, state.work,
+            state.partials, scale, num_prompt_items=plan.num_prompt_items,
+            num_decode=plan.num_decode, num_splits=plan.num_splits, chunk=state.chunk,
+            block_m=plan.block_m, tile_n=state.tile_n,
         )
-        if plan.num_combine:
-            triton_paged.combine(out, state.partials, state.combine, plan.num_combine,
+        if plan.num_parts:
+            triton_paged.combine(out, state.partials, plan.num_decode, plan.num_splits,
                                  state.max_splits)
         return out

@@ -1,17 +1,20 @@
 """Triton kernels for packed paged attention over mixed decode/prompt batches.
 
-``paged_attention`` is one launch for every sequence of a core call: its grid is (work item,
-KV head), a work item being a tile of query rows of one sequence over one key range
+``paged_attention`` is one launch for every sequence of a core call: its grid is (program,
+KV head), a program being a tile of query rows of one sequence over one key range
 (``triton_plan``). A program keeps every query head of its KV head's group in its M tile
 (GQA: each K/V tile is read once for the group), walks its keys in tiles of ``tile_n``
 looking each key's slot up through the sequence's block table (so any page size works),
 and keeps an online softmax in fp32 (exp2 with the scale folded in). Causality and the
-prefix offset come from each row's query position. Split items (long decode contexts) write
-unnormalised partials that ``combine`` merges. ``write_kv`` stores the call's K and V rows
+prefix offset come from each row's query position. Prompt tiles come from a work list;
+decode programs find their sequence, row and keys from the program id and the device's
+context lengths. Decode splits (long contexts) write unnormalised partials that
+``combine`` merges. ``write_kv`` stores the call's K and V rows
 at their slots in one launch.
 
 Tensors: q/out [rows, heads, head_dim]; caches [blocks, block_size, kv_heads, head_dim]
-(last dim contiguous); block tables [seqs, max_blocks] int64; work/combine int64.
+(last dim contiguous); block tables [seqs, max_blocks] int64; context lengths and the
+work list int64.
 """
 
 from __future__ import annotations
@@ -39,34 +42,46 @@ def _dot(a, b, SMALL: tl.constexpr, IEEE: tl.constexpr):
 
 # Arguments whose value or alignment changes from call to call are not specialised on, so a
 # serving run never stops to compile a kernel variant mid-run.
-@triton.jit(do_not_specialize=["stride_bt"], do_not_specialize_on_alignment=["BT"])
+@triton.jit(do_not_specialize=["stride_bt", "num_prompt_items", "num_splits", "chunk"],
+            do_not_specialize_on_alignment=["BT", "CTX", "WORK"])
 def _paged_attention_kernel(
-    Q, K, V, OUT, BT, WORK, PART_ACC, PART_M, PART_L,
+    Q, K, V, OUT, BT, CTX, WORK, PART_ACC, PART_M, PART_L,
     qk_scale,
     stride_qr, stride_qh, stride_or, stride_oh,
     stride_kb, stride_ks, stride_kh, stride_vb, stride_vs, stride_vh,
-    stride_bt, num_heads,
+    stride_bt, num_heads, num_prompt_items, num_splits, chunk,
     BLOCK_SIZE: tl.constexpr, GROUP: tl.constexpr, BLOCK_M: tl.constexpr,
     HEAD_DIM: tl.constexpr, TILE_N: tl.constexpr, IEEE: tl.constexpr,
 ):
     item = tl.program_id(0)
     kvh = tl.program_id(1)
-    w = WORK + item * 8
-    seq = tl.load(w)
-    row0 = tl.load(w + 1)
-    n_rows = tl.load(w + 2)
-    pos0 = tl.load(w + 3)
-    lo = tl.load(w + 4)
-    hi = tl.load(w + 5)
-    part = tl.load(w + 6)
+    if item < num_prompt_items:  # a prompt tile from the work list
+        w = WORK + item * 8
+        seq = tl.load(w).to(tl.int64)
+        row0 = tl.load(w + 1).to(tl.int64)
+        n_rows = tl.load(w + 2).to(tl.int64)
+        pos0 = tl.load(w + 3).to(tl.int64)
+        lo = tl.load(w + 4).to(tl.int64)
+        hi = tl.load(w + 5).to(tl.int64)
+        part = tl.full([], -1, tl.int64)
+    else:  # split ``split`` of decode sequence ``seq`` (its row is ``seq``: decode rows first)
+        d = (item - num_prompt_items).to(tl.int64)
+        seq = d // num_splits
+        ctx = tl.load(CTX + seq).to(tl.int64)
+        row0 = seq
+        n_rows = tl.full([], 1, tl.int64)
+        pos0 = ctx - 1
+        lo = (d - seq * num_splits) * chunk
+        hi = tl.minimum(ctx, lo + chunk)
+        part = tl.where(num_splits > 1, d, -1).to(tl.int64)
 
     m = tl.arange(0, BLOCK_M)
     qi = m // GROUP  # query row within the tile
     head = kvh * GROUP + m % GROUP
     row_ok = qi < n_rows
-    d = tl.arange(0, HEAD_DIM)
-    q = tl.load(Q + (row0 + qi)[:, None] * stride_qr + head[:, None] * stride_qh + d[None, :],
-                mask=row_ok[:, None], other=0.0)
+    d_idx = tl.arange(0, HEAD_DIM)
+    q = tl.load(Q + (row0 + qi)[:, None] * stride_qr + head[:, None] * stride_qh
+                + d_idx[None, :], mask=row_ok[:, None], other=0.0)
     qpos = pos0 + qi
 
     m_i = tl.full([BLOCK_M], float("-inf"), tl.float32)
@@ -78,10 +93,10 @@ def _paged_attention_kernel(
         n_ok = n < hi
         blk = tl.load(bt_row + n // BLOCK_SIZE, mask=n_ok, other=0)
         off = n % BLOCK_SIZE
-        k = tl.load(K + (blk * stride_kb + off * stride_ks + kvh * stride_kh)[:, None] + d[None, :],
-                    mask=n_ok[:, None], other=0.0)
-        v = tl.load(V + (blk * stride_vb + off * stride_vs + kvh * stride_vh)[:, None] + d[None, :],
-                    mask=n_ok[:, None], other=0.0)
+        k = tl.load(K + (blk * stride_kb + off * stride_ks + kvh * stride_kh)[:, None]
+                    + d_idx[None, :], mask=n_ok[:, None], other=0.0)
+        v = tl.load(V + (blk * stride_vb + off * stride_vs + kvh * stride_vh)[:, None]
+                    + d_idx[None, :], mask=n_ok[:, None], other=0.0)
         s = _dot(q, tl.trans(k), HEAD_DIM < 16, IEEE) * qk_scale
         visible = n_ok[None, :] & (n[None, :] <= qpos[:, None])
         s = tl.where(visible, s, float("-inf"))
@@ -95,33 +110,32 @@ def _paged_attention_kernel(
 
     if part < 0:
         out = acc / tl.where(l_i == 0.0, 1.0, l_i)[:, None]
-        tl.store(OUT + (row0 + qi)[:, None] * stride_or + head[:, None] * stride_oh + d[None, :],
-                 out.to(OUT.dtype.element_ty), mask=row_ok[:, None])
-    else:
+        tl.store(OUT + (row0 + qi)[:, None] * stride_or + head[:, None] * stride_oh
+                 + d_idx[None, :], out.to(OUT.dtype.element_ty), mask=row_ok[:, None])
+    else:  # unnormalised, for the combine kernel (an empty split leaves m=-inf, l=0)
         hrow = part * num_heads + head
-        tl.store(PART_ACC + hrow[:, None] * HEAD_DIM + d[None, :], acc, mask=row_ok[:, None])
+        tl.store(PART_ACC + hrow[:, None] * HEAD_DIM + d_idx[None, :], acc,
+                 mask=row_ok[:, None])
         tl.store(PART_M + hrow, m_i, mask=row_ok)
         tl.store(PART_L + hrow, l_i, mask=row_ok)
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["num_splits"])
 def _combine_kernel(
-    OUT, PART_ACC, PART_M, PART_L, COMBINE, stride_or, stride_oh, num_heads,
+    OUT, PART_ACC, PART_M, PART_L, stride_or, stride_oh, num_heads, num_splits,
     HEAD_DIM: tl.constexpr, MAX_SPLITS: tl.constexpr,
 ):
-    c = tl.program_id(0)
+    row = tl.program_id(0)  # decode sequence = its output row
     h = tl.program_id(1)
-    row = tl.load(COMBINE + c * 4)
-    p0 = tl.load(COMBINE + c * 4 + 1)
-    n = tl.load(COMBINE + c * 4 + 2)
     s = tl.arange(0, MAX_SPLITS)
-    ok = s < n
-    idx = (p0 + s) * num_heads + h
+    ok = s < num_splits
+    idx = (row * num_splits + s) * num_heads + h
     mm = tl.load(PART_M + idx, mask=ok, other=float("-inf"))
     ll = tl.load(PART_L + idx, mask=ok, other=0.0)
     d = tl.arange(0, HEAD_DIM)
     acc = tl.load(PART_ACC + idx[:, None] * HEAD_DIM + d[None, :], mask=ok[:, None], other=0.0)
-    wgt = tl.exp2(mm - tl.max(mm, 0))
+    top = tl.max(mm, 0)  # split 0 always holds keys, so finite
+    wgt = tl.where(mm == float("-inf"), 0.0, tl.exp2(mm - top))
     out = tl.sum(acc * wgt[:, None], 0) / tl.sum(ll * wgt, 0)
     tl.store(OUT + row * stride_or + h * stride_oh + d, out.to(OUT.dtype.element_ty))
 
@@ -149,36 +163,35 @@ def _num_warps(block_m: int, head_dim: int) -> int:
 
 def paged_attention(
     q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, out: torch.Tensor,
-    block_tables: torch.Tensor, work: torch.Tensor, num_items: int,
-    partials: tuple[torch.Tensor, torch.Tensor, torch.Tensor], scale: float,
-    *, block_m: int, tile_n: int,
+    block_tables: torch.Tensor, context_lens: torch.Tensor, work: torch.Tensor,
+    partials: tuple[torch.Tensor, torch.Tensor, torch.Tensor], scale: float, *,
+    num_prompt_items: int, num_decode: int, num_splits: int, chunk: int, block_m: int,
+    tile_n: int,
 ) -> None:
-    """Attention of every work item into ``out`` (or the partials of split items)."""
+    """Attention of every prompt tile and decode split into ``out`` (or the partials)."""
     num_heads, head_dim = q.shape[1], q.shape[2]
     num_kv_heads = k_cache.shape[2]
     acc, mx, lse = partials
-    _paged_attention_kernel[(num_items, num_kv_heads)](
-        q, k_cache, v_cache, out, block_tables, work, acc, mx, lse,
+    _paged_attention_kernel[(num_prompt_items + num_decode * num_splits, num_kv_heads)](
+        q, k_cache, v_cache, out, block_tables, context_lens, work, acc, mx, lse,
         scale * LOG2E,
         q.stride(0), q.stride(1), out.stride(0), out.stride(1),
         k_cache.stride(0), k_cache.stride(1), k_cache.stride(2),
         v_cache.stride(0), v_cache.stride(1), v_cache.stride(2),
-        block_tables.stride(0), num_heads,
+        block_tables.stride(0), num_heads, num_prompt_items, num_splits, chunk,
         BLOCK_SIZE=k_cache.shape[1], GROUP=num_heads // num_kv_heads, BLOCK_M=block_m,
         HEAD_DIM=head_dim, TILE_N=tile_n, IEEE=q.dtype == torch.float32,
         num_warps=_num_warps(block_m, head_dim), num_stages=NUM_STAGES,
     )
 
 
-def combine(
-    out: torch.Tensor, partials: tuple[torch.Tensor, torch.Tensor, torch.Tensor],
-    combine_list: torch.Tensor, num_combine: int, max_splits: int,
-) -> None:
-    """Merge split items' partials into their output rows."""
+def combine(out: torch.Tensor, partials: tuple[torch.Tensor, torch.Tensor, torch.Tensor],
+            num_decode: int, num_splits: int, max_splits: int) -> None:
+    """Merge each decode sequence's split partials into its output row."""
     acc, mx, lse = partials
     num_heads, head_dim = out.shape[1], out.shape[2]
-    _combine_kernel[(num_combine, num_heads)](
-        out, acc, mx, lse, combine_list, out.stride(0), out.stride(1), num_heads,
+    _combine_kernel[(num_decode, num_heads)](
+        out, acc, mx, lse, out.stride(0), out.stride(1), num_heads, num_splits,
         HEAD_DIM=head_dim, MAX_SPLITS=max_splits, num_warps=4,
     )
 

@@ -1,12 +1,14 @@
-"""The Triton kernel's work list for one core call, planned on the host from host lengths.
+"""The Triton kernel's launch plan for one core call, made on the host from host lengths.
 
-Plain Python (no torch, no triton), so it is cheap and testable anywhere. One work item is
-one program of the attention kernel (times ``num_kv_heads``): a tile of up to ``block_q``
-query rows of one sequence, every query head of one KV head's group, over one key range.
-Prompt tiles come first, longest key range first, so the heavy programs start early and a
-decode-heavy batch never waits on one long prompt program; each decode sequence is one item,
-or ``n`` items over consecutive key chunks (split-KV) when the call has too few programs to
-fill the GPU, merged afterwards by the combine kernel.
+Plain Python (no torch, no triton), so it is cheap and testable anywhere. The grid's first
+axis lists programs (times ``num_kv_heads`` on the second): first one per prompt tile (up
+to ``block_q`` query rows of one prompt sequence, longest key range first, so the heavy
+programs start early), from a work list uploaded per call; then ``num_splits`` per decode
+sequence, which the kernel derives from the device's context lengths alone, so a
+decode-only call uploads nothing and its planning does not grow with the batch. With
+``num_splits > 1`` (split-KV, flash-decoding: when the call has too few programs to fill
+the GPU) decode split ``i`` covers keys ``[i * chunk, (i + 1) * chunk)`` and the combine
+kernel merges the partial results.
 """
 
 from __future__ import annotations
@@ -15,8 +17,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-WORK_FIELDS = 8  # seq, first row, rows, first query position, kv lo, kv hi, partial, pad
-COMBINE_FIELDS = 4  # output row, first partial, number of partials, pad
+WORK_FIELDS = 8  # seq, first row, rows, first query position, kv lo, kv hi, 2 x pad
 MAX_SPLITS = 16
 MIN_SPLIT_KEYS = 256  # a split chunk reads at least this many keys (below, the merge costs more)
 
@@ -36,21 +37,28 @@ class SplitPolicy:
 
 @dataclass(frozen=True, slots=True)
 class LaunchPlan:
-    """Flat int lists for the device plus the launch sizes."""
+    """The prompt work list (flat ints for the device) plus the launch sizes."""
 
-    work: list[int]  # num_items * WORK_FIELDS
-    combine: list[int]  # num_combine * COMBINE_FIELDS
-    num_parts: int  # partial results the split items write
-    block_q: int  # query rows per tile (block_m // group)
+    work: list[int]  # num_prompt_items * WORK_FIELDS
+    num_decode: int
+    num_splits: int  # programs per decode sequence
+    chunk: int  # keys per decode split
+    block_q: int  # query rows per prompt tile (block_m // group)
     block_m: int
 
     @property
-    def num_items(self) -> int:
+    def num_prompt_items(self) -> int:
         return len(self.work) // WORK_FIELDS
 
     @property
-    def num_combine(self) -> int:
-        return len(self.combine) // COMBINE_FIELDS
+    def num_programs(self) -> int:
+        """Programs per KV head."""
+        return self.num_prompt_items + self.num_decode * self.num_splits
+
+    @property
+    def num_parts(self) -> int:
+        """Partial results the decode splits write (0 without split-KV)."""
+        return self.num_decode * self.num_splits if self.num_splits > 1 else 0
 
 
 def _pow2_at_least(n: int) -> int:
@@ -65,16 +73,6 @@ def choose_block_m(group: int, max_query_len: int) -> int:
     return small if max_query_len * group <= small else max(small, 64)
 
 
-def _splits(ctx: int, want: float, policy: SplitPolicy, tile_n: int) -> tuple[int, int]:
-    """(number of chunks, keys per chunk) for one decode sequence of ``ctx`` keys."""
-    n = min(policy.max_splits, math.ceil(want), ctx // max(1, policy.min_split_keys))
-    if n <= 1:
-        return 1, ctx
-    chunk = -(-ctx // n)
-    chunk = -(-chunk // tile_n) * tile_n  # chunk boundaries on tile boundaries
-    return -(-ctx // chunk), chunk
-
-
 def plan_launch(
     context_lens: Sequence[int],
     query_lens: Sequence[int],
@@ -86,34 +84,31 @@ def plan_launch(
     policy: SplitPolicy,
     block_m: int | None = None,
 ) -> LaunchPlan:
-    """The work list of one core call (sequences in row order, decode sequences first)."""
-    max_q = max(query_lens, default=1)
+    """The plan of one core call (sequences in row order, decode sequences first)."""
+    num_seqs = len(query_lens)
+    max_q = max(query_lens[num_decode:], default=1)
     bm = block_m or choose_block_m(group, max_q)
     bq = max(1, bm // group)
-    prompt_items: list[tuple[int, list[int]]] = []
-    row = sum(query_lens[:num_decode])
-    for s in range(num_decode, len(query_lens)):
+    items: list[tuple[int, list[int]]] = []
+    row = num_decode
+    for s in range(num_decode, num_seqs):
         ctx, n = context_lens[s], query_lens[s]
         prefix = ctx - n
         for q0 in range(0, n, bq):
             rows = min(bq, n - q0)
             hi = prefix + q0 + rows  # causal: the tile's last query sees keys < hi
-            prompt_items.append((hi, [s, row + q0, rows, prefix + q0, 0, hi, -1, 0]))
+            items.append((hi, [s, row + q0, rows, prefix + q0, 0, hi, 0, 0]))
         row += n
-    prompt_items.sort(key=lambda it: -it[0])
-    work = [v for _, item in prompt_items for v in item]
-    programs = (len(prompt_items) + num_decode) * num_kv_heads
-    want = policy.target_programs / programs if policy.target_programs and programs else 0.0
-    combine: list[int] = []
-    parts = 0
-    for s in range(num_decode):
-        ctx = context_lens[s]
-        n, chunk = _splits(ctx, want, policy, tile_n) if want > 1 else (1, ctx)
-        if n == 1:
-            work += [s, s, 1, ctx - 1, 0, ctx, -1, 0]
-            continue
-        combine += [s, parts, n, 0]
-        for i in range(n):
-            work += [s, s, 1, ctx - 1, i * chunk, min(ctx, (i + 1) * chunk), parts + i, 0]
-        parts += n
-    return LaunchPlan(work, combine, parts, bq, bm)
+    if len(items) > 1:
+        items.sort(key=lambda it: -it[0])
+    work = [v for _, item in items for v in item]
+    splits, chunk = 1, 0
+    if num_decode and policy.target_programs:
+        programs = (len(items) + num_decode) * num_kv_heads
+        longest = max(context_lens[:num_decode])
+        want = min(policy.max_splits, math.ceil(policy.target_programs / programs),
+                   longest // max(1, policy.min_split_keys))
+        if want > 1:
+            chunk = math.ceil(math.ceil(longest / want) / tile_n) * tile_n  # tile boundaries
+            splits = -(-longest // chunk)
+    return LaunchPlan(work, num_decode, splits, chunk, bq, bm)
