@@ -11,7 +11,8 @@ from tools import bench
 
 
 def test_bench_writes_rates_for_every_arm_and_the_pure_comparison(tmp_path: Path) -> None:
-    assert bench.main(["--num-requests", "12", "--repeats", "1", "--out", str(tmp_path)]) == 0
+    assert bench.main(["--num-requests", "12", "--repeats", "1", "--out", str(tmp_path),
+                       "--host-steps", "5", "--host-repeats", "1", "--host-contexts", "20"]) == 0
     (run,) = tmp_path.iterdir()
     result = json.loads((run / "bench.json").read_text())
     env = json.loads((run / "env.json").read_text())
@@ -24,3 +25,8 @@ def test_bench_writes_rates_for_every_arm_and_the_pure_comparison(tmp_path: Path
     assert result["native"] is env["native"]["active"] is (
         os.environ.get("LOOPSERVE_EXPECT_NATIVE") == "1" or result["native"])
     assert {"python", "simpy", "git", "native"} <= env.keys()
+    host = result["host_overhead"]
+    assert [h["rows"] for h in host] == [1, 8, 16, 64]
+    for h in host:
+        assert h["steps"] == 5 and h["context"] == 20
+        assert h["total_us"] == h["schedule_us"] + h["metadata_us"] + h["triton_us"] > 0

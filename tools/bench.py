@@ -5,7 +5,8 @@ arm, ``--repeats`` times each, and reports the median core calls/s next to a min
 loop that yields the same number of timeouts as the run has steps, measured in the same
 process, and (``--pure-repeats``) the same arm on the Python sources in a subprocess, so the
 native build's speedup is a ratio measured side by side. Writes
-``results/bench/<UTC timestamp>/bench.json`` and ``env.json``.
+``results/bench/<UTC timestamp>/bench.json`` and ``env.json``. Then the real engine's host
+time per core call at 1/8/16/64 decode rows (``tools.host_bench``; ``--host-steps 0`` skips it).
 """
 
 from __future__ import annotations
@@ -137,6 +138,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--pure-repeats", type=int, default=1,
                         help="runs per arm on the Python sources (LOOPSERVE_NATIVE=0), in a "
                              "subprocess, for the native speedup; 0 skips them")
+    parser.add_argument("--host-steps", type=int, default=200,
+                        help="decode steps per host-overhead point (0: skip that part)")
+    parser.add_argument("--host-repeats", type=int, default=3)
+    parser.add_argument("--host-contexts", type=int, nargs="+", default=[128, 768])
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.num_requests < 1 or args.repeats < 1 or args.max_num_seqs < 1:
@@ -178,6 +183,11 @@ def main(argv: list[str] | None = None) -> int:
         "native": native["active"], "arms": arms,
         "min_median_core_calls_s": min(a["median_core_calls_s"] for a in arms),
     }
+    if args.host_steps > 0:
+        from tools import host_bench
+
+        result["host_overhead"] = host_bench.run(tuple(args.host_contexts), args.host_steps,
+                                                 max(1, args.host_repeats))
     final = args.out / datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
     with staged_dir(final) as tmp:
         (tmp / "bench.json").write_text(json.dumps(result, indent=2) + "\n")
