@@ -9,6 +9,7 @@ import pytest
 from engine.core import ExitConfig, SamplingParams
 from engine.core.batch import Batch, ItemKind
 from engine.core.request import Stage
+from engine.core.results import step_kind
 from tests.reference.fixtures import make_llm, tiny_model
 
 PROMPTS = [[3, 1, 4], list(range(10, 31)), [9, 9, 8, 2, 6, 1], [5] * 13]
@@ -51,8 +52,8 @@ def _allowed(batch: Batch) -> int:
 def test_readbacks_per_step_are_what_rfc4_allows(arm: str, mode: str) -> None:
     steps = _steps(arm, mode)
     for batch, n in steps:
-        assert n == _allowed(batch), (batch.kind_label, batch.step_id, n)
-    kinds = {b.kind_label for b, _ in steps}
+        assert n == _allowed(batch), (step_kind(batch), batch.step, n)
+    kinds = {step_kind(b) for b, _ in steps}
     assert "coda" in kinds and ("prefill" in kinds or "prompt" in kinds)
     if arm == "mixed":
         mixed = [n for b, n in steps if b.is_mixed]

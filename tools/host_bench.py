@@ -71,7 +71,7 @@ def measure(rows: int, context: int, steps: int) -> dict[str, Any]:
         result = runner.execute(batch)
         llm.core.apply(batch, result, llm._now())
         if batch.stage is Stage.RECURRENT and batch.num_decode_items == rows \
-                and not batch.num_prompt_items and batch.core_calls == 1:
+                and not batch.num_prompt_items and batch.num_core_calls == 1:
             cols["schedule"].append(sched)
             cols["metadata"].append(runner.last_prepare_s - spent["wrapper"])
             cols["torch"].append(spent["torch"])
