@@ -5,16 +5,23 @@ planes grow together. Admission either claims a request's whole lifetime at once
 ``incremental_allocation``) claims what it needs now and reserves the rest, so an admitted
 request can always finish without preemption. Every claim is atomic: on failure nothing
 changes.
+
+With ``enable_prefix_caching`` a table's leading blocks may be cached entries shared with
+other requests (``engine.core.prefix_cache``): a hit at admission, or a request's own full
+prompt block once published. A shared block is never written, finalized into or evicted;
+freed, it stays cached and counts as free capacity until the pool evicts it (LRU).
 """
 
 from __future__ import annotations
 
 import math
 from collections import deque
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from engine.core.config import CacheConfig
 from engine.core.errors import KVIntegrityError
+from engine.core.prefix_cache import CachedBlock, PrefixCache
 
 Key = tuple[str, int]  # (request_id, generation)
 
@@ -24,6 +31,9 @@ class _Allocation:
     tables: list[list[int]]
     reserved_blocks: int = 0  # promised to this request, not yet claimed
     written: list[int] = field(default_factory=list)  # per plane: contiguous written prefix
+    shared: dict[int, CachedBlock] = field(default_factory=dict)  # block index -> cached entry
+    shared_end: int = 0  # positions below this may lie in a shared block
+    published: int = 0  # full prompt blocks considered for publishing so far
 
     @property
     def blocks_per_plane(self) -> int:
@@ -33,7 +43,8 @@ class _Allocation:
 class BlockManager:
     """Block pool and per-request, per-plane block tables.
 
-    ``num_free_blocks`` counts blocks neither claimed nor reserved.
+    ``num_free_blocks`` counts blocks neither claimed nor reserved, cached-unreferenced ones
+    included (they are evicted on demand); ``num_used_blocks`` those some request holds.
     """
 
     def __init__(self, cache: CacheConfig, num_depths: int) -> None:
@@ -45,6 +56,9 @@ class BlockManager:
         self._free: deque[int] = deque(range(cache.num_blocks))
         self._allocs: dict[Key, _Allocation] = {}
         self._reserved_total = 0
+        self.prefix_cache: PrefixCache | None = (
+            PrefixCache(self.num_planes) if cache.enable_prefix_caching else None
+        )
 
     # ---- capacity -------------------------------------------------------------------------
     def blocks_for(self, num_tokens: int) -> int:
@@ -52,16 +66,27 @@ class BlockManager:
         return self.cache.required_blocks(num_tokens, self.num_depths)
 
     @property
+    def _num_evictable(self) -> int:
+        pc = self.prefix_cache
+        return 0 if pc is None else pc.num_evictable_blocks
+
+    @property
     def num_free_blocks(self) -> int:
-        return len(self._free) - self._reserved_total
+        return len(self._free) + self._num_evictable - self._reserved_total
 
     @property
     def num_used_blocks(self) -> int:
-        return self.num_blocks - len(self._free)
+        return self.num_blocks - len(self._free) - self._num_evictable
 
     @property
     def num_reserved_blocks(self) -> int:
         return self._reserved_total
+
+    @property
+    def num_cached_blocks(self) -> int:
+        """Blocks in cached entries, referenced or not."""
+        pc = self.prefix_cache
+        return 0 if pc is None else pc.num_entries * self.num_planes
 
     def can_ever_fit(self, lifetime_tokens: int) -> bool:
         return self.blocks_for(lifetime_tokens) <= self.num_blocks
@@ -69,19 +94,57 @@ class BlockManager:
     def plane(self, depth: int) -> int:
         return 0 if self.num_planes == 1 else depth
 
+    def _take_block(self) -> int:
+        """A free block, evicting the least recently used cached one when none is."""
+        if not self._free:
+            pc = self.prefix_cache
+            evicted = None if pc is None else pc.evict_lru()
+            if evicted is None:
+                raise KVIntegrityError("block pool exhausted below its promised capacity")
+            self._free.extend(evicted)
+        return self._free.popleft()
+
     # ---- allocation -----------------------------------------------------------------------
-    def allocate(self, key: Key, num_tokens: int, lifetime_tokens: int) -> bool:
-        """Claim ``num_tokens`` now and reserve up to ``lifetime_tokens``; False changes nothing."""
+    def cached_prefix(
+        self, block_hashes: Sequence[bytes], num_prompt_tokens: int
+    ) -> list[CachedBlock]:
+        """The longest cached prefix of a prompt, as a lookup (no reference taken). At least
+        its last token stays uncached, so the first output token has a hidden state to come
+        from (vLLM recomputes it too): a whole-prompt hit recomputes the last block."""
+        pc = self.prefix_cache
+        if pc is None or not block_hashes:
+            return []
+        return pc.longest_prefix(block_hashes, (num_prompt_tokens - 1) // self.block_size)
+
+    def allocate(
+        self, key: Key, num_tokens: int, lifetime_tokens: int,
+        prefix: Sequence[CachedBlock] = (),
+    ) -> bool:
+        """Claim ``num_tokens`` now and reserve up to ``lifetime_tokens``; False changes
+        nothing. ``prefix`` (from ``cached_prefix``) becomes the tables' leading blocks,
+        counted neither as claimed nor reserved, with its positions written on every plane."""
         if key in self._allocs:
             raise KVIntegrityError(f"request {key} already holds KV blocks")
-        lifetime = self.blocks_for(max(lifetime_tokens, num_tokens))
-        if lifetime > self.num_free_blocks:
+        hit = len(prefix)
+        lifetime = self.blocks_for(max(lifetime_tokens, num_tokens)) - hit * self.num_planes
+        # Hit entries nobody holds leave the evictable pool once referenced.
+        unheld = sum(self.num_planes for e in prefix if e.ref_count == 0)
+        if lifetime + unheld > self.num_free_blocks:
             return False
-        per_plane = math.ceil(num_tokens / self.block_size)
-        tables = [[self._free.popleft() for _ in range(per_plane)] for _ in range(self.num_planes)]
-        reserved = lifetime - per_plane * self.num_planes
+        per_plane = max(math.ceil(num_tokens / self.block_size), hit)
+        if self.prefix_cache is not None and prefix:
+            self.prefix_cache.acquire(prefix)
+        tables = [[e.blocks[p] for e in prefix] for p in range(self.num_planes)]
+        for table in tables:
+            while len(table) < per_plane:
+                table.append(self._take_block())
+        reserved = lifetime - (per_plane - hit) * self.num_planes
         self._reserved_total += reserved
-        self._allocs[key] = _Allocation(tables, reserved, [0] * self.num_planes)
+        hit_tokens = hit * self.block_size
+        self._allocs[key] = _Allocation(
+            tables, reserved, [hit_tokens] * self.num_planes,
+            dict(enumerate(prefix)), hit_tokens, hit,
+        )
         return True
 
     def ensure_capacity(self, key: Key, num_tokens: int) -> bool:
@@ -98,16 +161,24 @@ class BlockManager:
         self._reserved_total -= from_reserve
         for table in alloc.tables:
             while len(table) < per_plane:
-                table.append(self._free.popleft())
+                table.append(self._take_block())
         return True
 
     def free(self, key: Key) -> None:
+        """Release exactly what ``key`` holds: its own blocks return to the pool, its
+        references to cached entries are dropped (the entries stay cached)."""
         alloc = self._allocs.pop(key, None)
         if alloc is None:
             return
         self._reserved_total -= alloc.reserved_blocks
+        shared = alloc.shared
         for table in alloc.tables:
-            self._free.extend(table)
+            if shared:
+                self._free.extend([b for i, b in enumerate(table) if i not in shared])
+            else:
+                self._free.extend(table)
+        if shared and self.prefix_cache is not None:
+            self.prefix_cache.release([shared[i] for i in sorted(shared)])
 
     def holds(self, key: Key) -> bool:
         return key in self._allocs
@@ -118,6 +189,42 @@ class BlockManager:
 
     def capacity_tokens(self, key: Key) -> int:
         return self._allocs[key].blocks_per_plane * self.block_size
+
+    def is_shared(self, key: Key, block_index: int) -> bool:
+        """Whether ``key``'s block ``block_index`` is a cached entry (on every plane)."""
+        return block_index in self._allocs[key].shared
+
+    # ---- prefix publishing ----------------------------------------------------------------
+    def publish(self, key: Key, block_hashes: Sequence[bytes], num_tokens: int) -> None:
+        """Cache ``key``'s full prompt blocks within its first ``num_tokens`` positions; every
+        plane of them must be written (the chunk finished depth D-1). The hashes cover full
+        prompt blocks only, so a block holding a decode position is never published."""
+        pc = self.prefix_cache
+        if pc is None:
+            return
+        alloc = self._allocs[key]
+        upto = min(len(block_hashes), num_tokens // self.block_size)
+        for i in range(alloc.published, upto):
+            if i in alloc.shared:
+                continue
+            end = (i + 1) * self.block_size
+            if min(alloc.written) < end:
+                raise KVIntegrityError(
+                    f"request {key}: publishing block {i} before every plane of it is written"
+                )
+            entry = pc.publish(block_hashes[i], tuple(t[i] for t in alloc.tables))
+            if entry is not None:
+                alloc.shared[i] = entry
+                alloc.shared_end = max(alloc.shared_end, end)
+        alloc.published = max(alloc.published, upto)
+
+    def _check_unshared(self, alloc: _Allocation, key: Key, start: int, end: int) -> None:
+        bs = self.block_size
+        for i in range(start // bs, (end - 1) // bs + 1):
+            if i in alloc.shared:
+                raise KVIntegrityError(
+                    f"request {key}: write to positions [{start}, {end}) touches shared block {i}"
+                )
 
     # ---- written-prefix tracking ----------------------------------------------------------
     def written(self, key: Key, depth: int) -> int:
@@ -134,6 +241,8 @@ class BlockManager:
             )
         if end > alloc.blocks_per_plane * self.block_size:
             raise KVIntegrityError(f"request {key}: write to {end} exceeds claimed capacity")
+        if start < alloc.shared_end:
+            self._check_unshared(alloc, key, start, end)
         alloc.written[plane] = max(alloc.written[plane], end)
 
     def mark_token(self, key: Key, depth: int, position: int) -> None:
@@ -141,7 +250,11 @@ class BlockManager:
         alloc = self._allocs[key]
         written = alloc.written
         plane = 0 if self.num_planes == 1 else depth
-        if position > written[plane] or position >= len(alloc.tables[0]) * self.block_size:
+        if (
+            position > written[plane]
+            or position >= len(alloc.tables[0]) * self.block_size
+            or position < alloc.shared_end
+        ):
             self.mark_written(key, depth, position, position + 1)  # raises with the reason
         elif position == written[plane]:
             written[plane] = position + 1
@@ -152,6 +265,8 @@ class BlockManager:
         if self.num_planes == 1:
             return ()
         alloc = self._allocs[key]
+        if position < alloc.shared_end:
+            self._check_unshared(alloc, key, position, position + 1)
         targets = tuple(range(exit_depth + 1, self.num_depths))
         for d in targets:
             if alloc.written[d] != position:
@@ -164,20 +279,44 @@ class BlockManager:
 
     # ---- checks ---------------------------------------------------------------------------
     def check_integrity(self) -> None:
-        """Raise if blocks leak, are held twice, or reservations exceed the free pool."""
-        held = [b for a in self._allocs.values() for t in a.tables for b in t]
-        all_blocks = held + list(self._free)
+        """Raise if blocks leak, are held twice, reservations exceed the free pool, or a
+        cached entry's references disagree with the tables holding it."""
+        pc = self.prefix_cache
+        entries = [] if pc is None else pc.entries()
+        cached = [b for e in entries for b in e.blocks]
+        private = [
+            b for a in self._allocs.values() for t in a.tables
+            for i, b in enumerate(t) if i not in a.shared
+        ]
+        all_blocks = private + cached + list(self._free)
         if len(all_blocks) != self.num_blocks or len(set(all_blocks)) != self.num_blocks:
             raise KVIntegrityError(
-                f"block pool corrupt: {len(held)} held + {len(self._free)} free != "
-                f"{self.num_blocks} distinct blocks"
+                f"block pool corrupt: {len(private)} held + {len(cached)} cached + "
+                f"{len(self._free)} free != {self.num_blocks} distinct blocks"
             )
         reserved = sum(a.reserved_blocks for a in self._allocs.values())
-        if reserved != self._reserved_total or reserved > len(self._free):
+        if reserved != self._reserved_total or reserved > len(self._free) + self._num_evictable:
             raise KVIntegrityError(
                 f"reservations {reserved} (tracked {self._reserved_total}) exceed free "
-                f"blocks {len(self._free)}"
+                f"blocks {len(self._free)} + evictable {self._num_evictable}"
             )
+        refs: dict[int, int] = {}
         for key, a in self._allocs.items():
             if len({len(t) for t in a.tables}) != 1:
                 raise KVIntegrityError(f"request {key}: planes have different lengths")
+            for i, entry in a.shared.items():
+                if any(t[i] != b for t, b in zip(a.tables, entry.blocks, strict=True)):
+                    raise KVIntegrityError(f"request {key}: block {i} is not its cached entry")
+                if min(a.written) < (i + 1) * self.block_size:
+                    raise KVIntegrityError(f"request {key}: shared block {i} is not fully written")
+                if pc is None or pc.get(entry.block_hash) is not entry:
+                    raise KVIntegrityError(f"request {key}: block {i} holds an evicted entry")
+                refs[id(entry)] = refs.get(id(entry), 0) + 1
+        if pc is not None:
+            pc.check()
+            for entry in entries:
+                if refs.get(id(entry), 0) != entry.ref_count:
+                    raise KVIntegrityError(
+                        f"prefix cache: entry {entry.blocks} counts {entry.ref_count} "
+                        f"references but {refs.get(id(entry), 0)} tables hold it"
+                    )

@@ -95,12 +95,16 @@ class CacheConfig:
     """Paged per-depth KV cache geometry.
 
     ``num_blocks`` counts physical blocks over all depth planes together.
+    ``enable_prefix_caching`` reuses cached full prompt blocks across requests
+    (``engine.core.prefix_cache``). Off by default, unlike vLLM V1: turning it on changes
+    what a workload computes, so today's scenarios keep their results unless they ask for it.
     """
 
     num_blocks: int = 1024
     block_size: int = 16
     layout: Literal["last_exited", "shared"] = "last_exited"
     incremental_allocation: bool = False
+    enable_prefix_caching: bool = False
 
     def __post_init__(self) -> None:
         _positive("cache.num_blocks", self.num_blocks)
