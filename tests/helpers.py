@@ -28,6 +28,7 @@ def make_config(
     block_size: int = 4,
     exit: ExitConfig | None = None,
     incremental: bool = False,
+    prefix_caching: bool = False,
     **sched: object,
 ) -> EngineConfig:
     return EngineConfig(
@@ -37,7 +38,8 @@ def make_config(
             prefill_chunk_size=prefill_chunk_size, **sched,  # type: ignore[arg-type]
         ),
         cache=CacheConfig(num_blocks=num_blocks, block_size=block_size,
-                          incremental_allocation=incremental),
+                          incremental_allocation=incremental,
+                          enable_prefix_caching=prefix_caching),
         exit=exit or ExitConfig(),
     )
 

@@ -22,6 +22,7 @@ from engine.core.config import EngineConfig
 from engine.core.errors import StaleResultError
 from engine.core.exits import make_decider, validate_trace
 from engine.core.policies import make_policy
+from engine.core.prefix_cache import hash_prompt_blocks, root_hash
 from engine.core.prompt_state import PromptStateHandles
 from engine.core.request import Request, SamplingParams, Stage
 from engine.core.results import CodaResult, RecurrentResult, StepResult, TokenEvent, result_matches
@@ -35,6 +36,8 @@ class EngineCore:
         self.cfg = cfg
         self.num_depths = cfg.model.num_depths
         self.block_manager = BlockManager(cfg.cache, self.num_depths)
+        # Everything per engine that changes a prompt position's K/V besides its tokens.
+        self._prefix_root = root_hash(f"{cfg.cache.layout}/{self.num_depths}")
         self.prompt_states = PromptStateHandles(cfg.scheduler.max_num_seqs)
         self.scheduler = Scheduler(
             cfg, self.block_manager, self.prompt_states, make_policy(cfg.scheduler.arm)
@@ -78,6 +81,10 @@ class EngineCore:
                 f"request {request_id!r}: {req.lifetime_tokens} tokens need "
                 f"{self.block_manager.blocks_for(req.lifetime_tokens)} KV blocks but the cache has "
                 f"{self.block_manager.num_blocks}; shorten it or raise cache.num_blocks"
+            )
+        if self.block_manager.prefix_cache is not None:
+            req.block_hashes = hash_prompt_blocks(
+                req.prompt_token_ids, self.block_manager.block_size, self._prefix_root
             )
         req.decider = make_decider(
             exit_cfg, self.num_depths, request_key=request_id, trace=trace, seed=params.seed
@@ -244,6 +251,9 @@ class EngineCore:
         if p is not None and p.state is not None:
             self.prompt_states.release(p.state)
         req.prompt_item = None
+        if req.block_hashes:
+            # Every plane of [0, end) is written: its full prompt blocks can be shared.
+            self.block_manager.publish(key, req.block_hashes, end)
         req.num_prefilled_tokens = end
         req.position = end
         if end < req.num_prompt_tokens:

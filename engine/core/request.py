@@ -89,6 +89,10 @@ class Request:
     exit: ExitConfig = field(default_factory=ExitConfig)
     decider: ExitDecider | None = None
     num_prefilled_tokens: int = 0
+    # Prefix caching: chained hashes of the full prompt blocks (computed once, at arrival)
+    # and how many prompt tokens admission found cached.
+    block_hashes: list[bytes] = field(default_factory=list)
+    num_cached_tokens: int = 0
     prompt_item: PromptItem | None = None
     loops_done: int = 0
     # RoPE position of the token now in the loop (decode) or the next prompt token (prefill);

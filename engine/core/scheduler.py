@@ -133,12 +133,23 @@ class Scheduler:
             self.enqueue_prefill(req)
 
     def _try_admit(self, req: Request) -> bool:
+        """Claim the request's KV after the longest cached prefix of its prompt (prefix
+        caching), whose positions it then skips."""
         key = (req.request_id, req.generation)
+        bm = self.block_manager
+        prefix = bm.cached_prefix(req.block_hashes, req.num_prompt_tokens)
+        hit = len(prefix) * bm.block_size
         if self.cfg.cache.incremental_allocation:
-            now = min(req.num_prompt_tokens, self.sched.effective_chunk_size)
+            now = min(req.num_prompt_tokens, hit + self.sched.effective_chunk_size)
         else:
             now = req.lifetime_tokens
-        return self.block_manager.allocate(key, now, req.lifetime_tokens)
+        if not bm.allocate(key, now, req.lifetime_tokens, prefix):
+            return False
+        if bm.prefix_cache is not None:
+            bm.prefix_cache.stats.record(req.num_prompt_tokens, hit)
+            # The prompt's work starts after the hit (atomic chunks and prompt items read it).
+            req.num_cached_tokens = req.num_prefilled_tokens = req.position = hit
+        return True
 
     def _new_prompt_item(self, req: Request) -> None:
         start = req.num_prefilled_tokens
