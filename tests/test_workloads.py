@@ -218,3 +218,39 @@ def test_sharegpt_bad_files(tmp_path: Path) -> None:
     path.write_text('[{"conversations": [{"from": "gpt", "value": "a"}]}]')
     with pytest.raises(ValueError, match="no conversation"):
         build_source(spec, seed=0, vocab_size=64)
+
+
+# ---- shared prefixes ---------------------------------------------------------------------
+@pytest.mark.parametrize("kind", ["poisson", "gamma"])
+def test_shared_prefix_heads_prompts_and_keeps_arrivals_and_lengths(kind: str) -> None:
+    spec = {"kind": kind, "num_requests": 40, "request_rate": 5.0,
+            "prompt_tokens": {"dist": "uniform", "low": 4, "high": 30}, "output_tokens": 3}
+    shared = {**spec, "shared_prefix": {"tokens": 8, "num_prefixes": 3}}
+    plain = build_source(spec, seed=2, vocab_size=64).initial()
+    cached = build_source(shared, seed=2, vocab_size=64).initial()
+    assert [(s.arrival_s, len(s.prompt_token_ids)) for s in cached] == [
+        (s.arrival_s, len(s.prompt_token_ids)) for s in plain]
+    for a, b in zip(plain, cached, strict=True):
+        assert a.prompt_token_ids[8:] == b.prompt_token_ids[8:]  # only the head changes
+    heads = {s.prompt_token_ids[:8] for s in cached if len(s.prompt_token_ids) >= 8}
+    assert len(heads) == 3  # every prefix drawn, none other
+    assert build_source(shared, seed=2, vocab_size=64).initial() == cached
+    assert build_source(shared, seed=3, vocab_size=64).initial() != cached
+    short = [s for s in cached if len(s.prompt_token_ids) < 8]
+    assert all(any(h[:len(s.prompt_token_ids)] == s.prompt_token_ids for h in heads)
+               for s in short)
+
+
+def test_shared_prefix_applies_to_injected_prompts_only() -> None:
+    spec = {"kind": "interference", "decode_population": 2, "decode_prompt_tokens": 10,
+            "decode_output_tokens": 20,
+            "inject": [{"at_decode_tokens": i, "prompt_tokens": 30} for i in range(4)],
+            "shared_prefix": {"tokens": 16}}
+    src = build_source(spec, seed=0, vocab_size=64)
+    plain = build_source({k: v for k, v in spec.items() if k != "shared_prefix"},
+                         seed=0, vocab_size=64)
+    assert src.initial() == plain.initial()
+    injected = [src.on_token(_event("decode-0", i))[0].prompt_token_ids for i in range(4)]
+    assert len({p[:16] for p in injected}) == 1 and len({p[16:] for p in injected}) == 4
+    with pytest.raises(ValidationError, match="greater than or equal to 1"):
+        parse_workload({**spec, "shared_prefix": {"tokens": 0}})

@@ -71,6 +71,7 @@ def engine_config(
         cache = CacheConfig(
             num_blocks=num_blocks, block_size=c.block_size, layout=c.layout,
             incremental_allocation=c.incremental_allocation,
+            enable_prefix_caching=c.enable_prefix_caching,
         )
         cfg = EngineConfig(model=shape, scheduler=sched, cache=cache, exit=exit_config(scn))
     except ValueError as err:

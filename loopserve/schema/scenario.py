@@ -78,12 +78,15 @@ class CostSpec(StrictModel):
 
 
 class CacheSpec(StrictModel):
-    """KV cache geometry; ``num_blocks: null`` sizes it for max_num_seqs lifetimes."""
+    """KV cache geometry; ``num_blocks: null`` sizes it for max_num_seqs lifetimes.
+    ``enable_prefix_caching`` (off by default, so existing scenarios keep their results)
+    reuses cached full prompt blocks across requests, on every depth plane."""
 
     num_blocks: int | None = Field(default=None, ge=1)
     block_size: int = Field(default=16, ge=1)
     layout: Literal["last_exited", "shared"] = "last_exited"
     incremental_allocation: bool = False
+    enable_prefix_caching: bool = False
 
 
 class ExitSpec(StrictModel):

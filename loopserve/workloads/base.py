@@ -20,6 +20,8 @@ from engine.core.request import SamplingParams
 from engine.core.results import TokenEvent
 
 _PROMPT_STREAM = 0x70726F6D  # "prom": keeps prompt ids apart from the length/arrival stream
+_PREFIX_STREAM = 0x70726678  # "prfx": shared prefixes' ids
+_CHOICE_STREAM = 0x63686F73  # "chos": which prefix a request starts with
 
 
 class StrictModel(BaseModel):
@@ -112,6 +114,35 @@ def prompt_ids(seed: int, index: int, num_tokens: int, vocab_size: int) -> tuple
     """Synthetic prompt token ids of request ``index``: its own seeded stream."""
     rng = np.random.default_rng([seed, _PROMPT_STREAM, index])
     return tuple(int(t) for t in rng.integers(0, vocab_size, size=num_tokens))
+
+
+class SharedPrefix(StrictModel):
+    """The first ``tokens`` positions of each prompt come from one of ``num_prefixes`` shared
+    prefixes (a system prompt, few-shot examples), picked per request from a seeded stream;
+    the rest of the prompt, and every length, stays what it is without the option."""
+
+    tokens: int = Field(ge=1)
+    num_prefixes: int = Field(default=1, ge=1)
+
+    def apply(
+        self, prompt: Sequence[int], *, seed: int, index: int, vocab_size: int
+    ) -> tuple[int, ...]:
+        """``prompt`` (request ``index``'s own ids) with its head replaced by its prefix."""
+        choice = int(np.random.default_rng([seed, _CHOICE_STREAM, index]).integers(
+            self.num_prefixes))
+        rng = np.random.default_rng([seed, _PREFIX_STREAM, choice])
+        prefix = rng.integers(0, vocab_size, size=min(self.tokens, len(prompt)))
+        return (*(int(t) for t in prefix), *prompt[len(prefix):])
+
+
+def with_prefix(
+    shared: SharedPrefix | None, prompt: tuple[int, ...], *, seed: int, index: int,
+    vocab_size: int,
+) -> tuple[int, ...]:
+    """``prompt`` unchanged without a shared-prefix option, else ``shared.apply``."""
+    if shared is None:
+        return prompt
+    return shared.apply(prompt, seed=seed, index=index, vocab_size=vocab_size)
 
 
 def request_trace(

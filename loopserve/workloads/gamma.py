@@ -7,7 +7,7 @@ from typing import Literal
 
 from pydantic import Field
 
-from loopserve.workloads.base import LengthSpec, StaticSource, StrictModel
+from loopserve.workloads.base import LengthSpec, SharedPrefix, StaticSource, StrictModel
 from loopserve.workloads.poisson import rate_source
 
 
@@ -20,6 +20,7 @@ class GammaWorkload(StrictModel):
     burstiness: float = Field(default=1.0, gt=0, allow_inf_nan=False)
     prompt_tokens: LengthSpec
     output_tokens: LengthSpec
+    shared_prefix: SharedPrefix | None = None
 
     def build(
         self, *, seed: int, vocab_size: int, exit_trace: Sequence[int] | None = None
@@ -28,5 +29,5 @@ class GammaWorkload(StrictModel):
             num_requests=self.num_requests, request_rate=self.request_rate,
             burstiness=self.burstiness, prompt_tokens=self.prompt_tokens,
             output_tokens=self.output_tokens, seed=seed, vocab_size=vocab_size,
-            exit_trace=exit_trace,
+            exit_trace=exit_trace, shared_prefix=self.shared_prefix,
         )

@@ -15,11 +15,13 @@ from pydantic import Field, model_validator
 
 from engine.core.records import ArrivalSpec
 from loopserve.workloads.base import (
+    SharedPrefix,
     StaticSource,
     StrictModel,
     prompt_ids,
     request_trace,
     sampling_params,
+    with_prefix,
 )
 
 TRIGGER_REQUEST = "decode-0"
@@ -41,6 +43,8 @@ class InterferenceWorkload(StrictModel):
     decode_prompt_tokens: int = Field(default=64, ge=1)
     decode_output_tokens: int = Field(default=512, ge=1)
     inject: list[Injection] = Field(min_length=1)
+    # Applies to the injected prompts (the decoders' short prompts stay their own).
+    shared_prefix: SharedPrefix | None = None
 
     @model_validator(mode="after")
     def _reachable(self) -> InterferenceWorkload:
@@ -68,9 +72,10 @@ class InterferenceWorkload(StrictModel):
         triggers: dict[tuple[str, int], list[ArrivalSpec]] = {}
         for j, inj in enumerate(self.inject):
             n_out = inj.output_tokens
+            own = prompt_ids(seed, self.decode_population + j, inj.prompt_tokens, vocab_size)
             spec = ArrivalSpec(
                 f"inject-{j}",
-                prompt_ids(seed, self.decode_population + j, inj.prompt_tokens, vocab_size),
+                with_prefix(self.shared_prefix, own, seed=seed, index=j, vocab_size=vocab_size),
                 sampling_params(n_out, request_trace(n_out, None, exit_trace)),
                 arrival_s=None,
                 injected=True,

@@ -11,6 +11,7 @@ from pydantic import Field
 from engine.core.records import ArrivalSpec
 from loopserve.workloads.base import (
     LengthSpec,
+    SharedPrefix,
     StaticSource,
     StrictModel,
     arrival_times,
@@ -18,6 +19,7 @@ from loopserve.workloads.base import (
     request_trace,
     sample_lengths,
     sampling_params,
+    with_prefix,
 )
 
 
@@ -31,9 +33,11 @@ def rate_source(
     seed: int,
     vocab_size: int,
     exit_trace: Sequence[int] | None,
+    shared_prefix: SharedPrefix | None = None,
 ) -> StaticSource:
     """Requests ``req-0..`` with gamma/Poisson arrivals; draws in a fixed order (arrival
-    gaps, prompt lengths, output lengths) from ``default_rng(seed)``."""
+    gaps, prompt lengths, output lengths) from ``default_rng(seed)``; a shared prefix draws
+    from streams of its own, so the arrivals and lengths stay the same with or without."""
     rng = np.random.default_rng(seed)
     times = arrival_times(num_requests, request_rate, burstiness, rng)
     prompts = sample_lengths(prompt_tokens, num_requests, rng)
@@ -41,7 +45,8 @@ def rate_source(
     specs = [
         ArrivalSpec(
             f"req-{i}",
-            prompt_ids(seed, i, prompts[i], vocab_size),
+            with_prefix(shared_prefix, prompt_ids(seed, i, prompts[i], vocab_size),
+                        seed=seed, index=i, vocab_size=vocab_size),
             sampling_params(outputs[i], request_trace(outputs[i], None, exit_trace)),
             arrival_s=times[i],
         )
@@ -58,6 +63,7 @@ class PoissonWorkload(StrictModel):
     request_rate: float = Field(gt=0, allow_inf_nan=False)
     prompt_tokens: LengthSpec
     output_tokens: LengthSpec
+    shared_prefix: SharedPrefix | None = None
 
     def build(
         self, *, seed: int, vocab_size: int, exit_trace: Sequence[int] | None = None
@@ -66,4 +72,5 @@ class PoissonWorkload(StrictModel):
             num_requests=self.num_requests, request_rate=self.request_rate, burstiness=1.0,
             prompt_tokens=self.prompt_tokens, output_tokens=self.output_tokens,
             seed=seed, vocab_size=vocab_size, exit_trace=exit_trace,
+            shared_prefix=self.shared_prefix,
         )
