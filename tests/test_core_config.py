@@ -88,3 +88,6 @@ def test_bad_cache_values() -> None:
         CacheConfig(block_size=0)
     with pytest.raises(ValueError, match="cache.layout.*last_exited\\|shared"):
         CacheConfig(layout="paged")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="cache.enable_prefix_caching: needs layout last_exited"):
+        CacheConfig(layout="shared", enable_prefix_caching=True)
+    assert not CacheConfig().enable_prefix_caching  # off by default: today's results stay

@@ -81,6 +81,7 @@ def workloads(draw: st.DrawFn) -> dict:
         "block_size": block_size,
         "num_blocks": min_blocks + draw(st.integers(0, 2 * min_blocks)),
         "incremental": draw(st.booleans()),
+        "shortcut": draw(st.booleans()),  # mixed arm: a prompt's remaining depths at once
         "exit": draw(st.sampled_from([ExitConfig(), ExitConfig(mode="ouro", exit_threshold=0.6),
                                       ExitConfig(mode="categorical", probs=(.3, .3, .2, .2))])),
         "aborts": draw(st.lists(st.tuples(st.integers(0, 60), st.integers(0, 13)), max_size=3)),
@@ -109,6 +110,7 @@ def run(w: dict, arm: str, caching: bool) -> dict[tuple[str, int], tuple]:
         arm, max_num_seqs=w["max_num_seqs"], max_num_batched_tokens=w["budget"],
         prefill_chunk_size=w["chunk"], num_blocks=w["num_blocks"], block_size=w["block_size"],
         exit=w["exit"], incremental=w["incremental"], prefix_caching=caching,
+        prompt_shortcut=w["shortcut"] and arm == "mixed",
     )
     core = EngineCore(cfg)
     ex = FakeExecutor(seed=3)

@@ -16,14 +16,15 @@ from engine.core.results import TokenEvent
 
 def injection_problem(core: EngineCore, spec: ArrivalSpec, now_s: float) -> str | None:
     """Why an injected request submitted now makes the run invalid (RFC §6), or None: it must
-    find a free slot and enough free KV blocks for its lifetime."""
+    find a free slot and enough free KV blocks for its lifetime (less its cached prefix)."""
     max_num_seqs = core.cfg.scheduler.max_num_seqs
     if core.num_running >= max_num_seqs:
         return (
             f"injected request {spec.request_id} found no free slot at t={now_s:.6f}s "
             f"(num_running {core.num_running} == max_num_seqs {max_num_seqs})"
         )
-    need = core.block_manager.blocks_for(len(spec.prompt_token_ids) + spec.params.max_tokens - 1)
+    lifetime = len(spec.prompt_token_ids) + spec.params.max_tokens - 1
+    need = core.blocks_to_admit(spec.prompt_token_ids, lifetime)
     free = core.block_manager.num_free_blocks
     if need > free:
         return (

@@ -116,6 +116,13 @@ class BlockManager:
             return []
         return pc.longest_prefix(block_hashes, (num_prompt_tokens - 1) // self.block_size)
 
+    def blocks_to_admit(self, lifetime_tokens: int, prefix: Sequence[CachedBlock] = ()) -> int:
+        """Free blocks admitting a request of ``lifetime_tokens`` with cached ``prefix`` takes:
+        its lifetime less the hit, plus the hit entries nobody holds (referenced, they leave
+        the evictable pool)."""
+        unheld = sum(1 for e in prefix if e.ref_count == 0)
+        return self.blocks_for(lifetime_tokens) - (len(prefix) - unheld) * self.num_planes
+
     def allocate(
         self, key: Key, num_tokens: int, lifetime_tokens: int,
         prefix: Sequence[CachedBlock] = (),
@@ -126,11 +133,10 @@ class BlockManager:
         if key in self._allocs:
             raise KVIntegrityError(f"request {key} already holds KV blocks")
         hit = len(prefix)
-        lifetime = self.blocks_for(max(lifetime_tokens, num_tokens)) - hit * self.num_planes
-        # Hit entries nobody holds leave the evictable pool once referenced.
-        unheld = sum(self.num_planes for e in prefix if e.ref_count == 0)
-        if lifetime + unheld > self.num_free_blocks:
+        lifetime_tokens = max(lifetime_tokens, num_tokens)
+        if self.blocks_to_admit(lifetime_tokens, prefix) > self.num_free_blocks:
             return False
+        lifetime = self.blocks_for(lifetime_tokens) - hit * self.num_planes
         per_plane = max(math.ceil(num_tokens / self.block_size), hit)
         if self.prefix_cache is not None and prefix:
             self.prefix_cache.acquire(prefix)

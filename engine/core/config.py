@@ -113,6 +113,13 @@ class CacheConfig:
             raise ValueError(
                 f"cache.layout: unknown layout {self.layout!r}; use last_exited|shared"
             )
+        if self.enable_prefix_caching and self.layout == "shared":
+            raise ValueError(
+                "cache.enable_prefix_caching: needs layout last_exited; under the shared "
+                "layout a prompt position's K/V depends on where its chunk starts, so a cached "
+                "block is not what another request would compute (set layout: last_exited or "
+                "enable_prefix_caching: false)"
+            )
 
     def num_planes(self, num_depths: int) -> int:
         return 1 if self.layout == "shared" else num_depths

@@ -82,10 +82,7 @@ class EngineCore:
                 f"{self.block_manager.blocks_for(req.lifetime_tokens)} KV blocks but the cache has "
                 f"{self.block_manager.num_blocks}; shorten it or raise cache.num_blocks"
             )
-        if self.block_manager.prefix_cache is not None:
-            req.block_hashes = hash_prompt_blocks(
-                req.prompt_token_ids, self.block_manager.block_size, self._prefix_root
-            )
+        req.block_hashes = self.block_hashes(req.prompt_token_ids)
         req.decider = make_decider(
             exit_cfg, self.num_depths, request_key=request_id, trace=trace, seed=params.seed
         )
@@ -94,6 +91,19 @@ class EngineCore:
         self.requests[request_id] = req
         self.scheduler.add(req)
         return req
+
+    def block_hashes(self, prompt_token_ids: Sequence[int]) -> list[bytes]:
+        """The prompt's chained full-block hashes ([] without prefix caching)."""
+        bm = self.block_manager
+        if bm.prefix_cache is None:
+            return []
+        return hash_prompt_blocks(prompt_token_ids, bm.block_size, self._prefix_root)
+
+    def blocks_to_admit(self, prompt_token_ids: Sequence[int], lifetime_tokens: int) -> int:
+        """Free KV blocks a request would need to be admitted now, its cached prefix aside."""
+        bm = self.block_manager
+        prefix = bm.cached_prefix(self.block_hashes(prompt_token_ids), len(prompt_token_ids))
+        return bm.blocks_to_admit(lifetime_tokens, prefix)
 
     def abort(self, request_id: str) -> bool:
         """Finish a request with reason ``abort`` and release everything it holds."""
