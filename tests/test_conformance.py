@@ -47,3 +47,35 @@ def test_sim_and_real_drivers_form_the_same_batches(arm: str) -> None:
     ]
     if arm == "mixed":
         assert real.num_mixed_core_calls > 0
+
+
+PREFIX_WORKLOAD = InterferenceWorkload(
+    kind="interference", decode_population=2, decode_prompt_tokens=6,
+    decode_output_tokens=14,
+    inject=[{"at_decode_tokens": k, "prompt_tokens": 19, "output_tokens": 3}  # type: ignore[misc]
+            for k in (1, 6, 10)],
+    shared_prefix={"tokens": 13, "num_prefixes": 1},  # type: ignore[arg-type]
+)
+
+
+@pytest.mark.parametrize("arm", ARMS)
+def test_sim_and_real_drivers_agree_with_prefix_caching(arm: str) -> None:
+    model = tiny_model()
+    cfg = make_engine_config(model, arm=arm, exit=ExitConfig(mode="trace"),
+                             **{**ENGINE_KWARGS, "enable_prefix_caching": True})
+
+    def source():  # type: ignore[no-untyped-def]
+        return build_source(PREFIX_WORKLOAD, seed=3, vocab_size=64, exit_trace=TRACE)
+
+    sim = simulate(cfg, source(), ConstantCost(1e-3), record_batches=True, vocab_size=64)
+    real = run_realtime(cfg, source(), build_runner(model, cfg), record_batches=True)
+    assert real.batches == sim.batches
+    depths = {(t.request_id, t.index): t.exit_depth for t in real.tokens}
+    assert depths == {(t.request_id, t.index): t.exit_depth for t in sim.tokens}
+    # inject-1 and inject-2 start after the 12 cached positions of inject-0's prefix.
+    starts = {}
+    for _, items in sim.batches:
+        for rid, kind, position, *_ in items:
+            if kind == "PROMPT":
+                starts.setdefault(rid, position)
+    assert (starts["inject-0"], starts["inject-1"], starts["inject-2"]) == (0, 12, 12)
