@@ -102,7 +102,7 @@ class _RealtimeRun:
                 self.host_timings.append(HostTiming(
                     batch.step, batch.num_core_calls, schedule_s, runner.last_prepare_s
                 ))
-        runner.release(core.take_housekeeping())
+        runner.release(loop.drain())
         assert loop.recorder is not None
         loop.recorder.records.wall_s = self.now()
         return loop.recorder.records

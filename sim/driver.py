@@ -110,7 +110,7 @@ class _SimRun:
             if feeder.next_due_s <= end:
                 yield env.timeout(end - env.now)
             loop.after_step(batch, result, start, end)
-        core.take_housekeeping()  # the drain: nothing left for a runner to release
+        loop.drain()  # nothing left for a runner to release
 
     def run(self) -> RunRecords:
         t0 = time.perf_counter()

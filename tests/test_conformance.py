@@ -79,3 +79,5 @@ def test_sim_and_real_drivers_agree_with_prefix_caching(arm: str) -> None:
             if kind == "PROMPT":
                 starts.setdefault(rid, position)
     assert (starts["inject-0"], starts["inject-1"], starts["inject-2"]) == (0, 12, 12)
+    assert real.prefix_cache == sim.prefix_cache
+    assert sim.prefix_cache is not None and sim.prefix_cache.hit_tokens == 24

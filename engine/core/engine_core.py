@@ -22,7 +22,7 @@ from engine.core.config import EngineConfig
 from engine.core.errors import StaleResultError
 from engine.core.exits import make_decider, validate_trace
 from engine.core.policies import make_policy
-from engine.core.prefix_cache import hash_prompt_blocks, root_hash
+from engine.core.prefix_cache import PrefixCacheStats, hash_prompt_blocks, root_hash
 from engine.core.prompt_state import PromptStateHandles
 from engine.core.request import Request, SamplingParams, Stage
 from engine.core.results import CodaResult, RecurrentResult, StepResult, TokenEvent, result_matches
@@ -104,6 +104,11 @@ class EngineCore:
         bm = self.block_manager
         prefix = bm.cached_prefix(self.block_hashes(prompt_token_ids), len(prompt_token_ids))
         return bm.blocks_to_admit(lifetime_tokens, prefix)
+
+    def prefix_cache_stats(self) -> PrefixCacheStats | None:
+        """A snapshot of the prefix cache's counters (None with caching off)."""
+        pc = self.block_manager.prefix_cache
+        return None if pc is None else pc.stats.copy()
 
     def abort(self, request_id: str) -> bool:
         """Finish a request with reason ``abort`` and release everything it holds."""

@@ -65,6 +65,11 @@ class PrefixCacheStats:
     def hit_rate(self) -> float:
         return self.hit_tokens / self.queried_tokens if self.queried_tokens else 0.0
 
+    def copy(self) -> PrefixCacheStats:
+        return PrefixCacheStats(
+            self.num_requests, self.queried_tokens, self.hit_tokens, self.evicted_blocks
+        )
+
     def record(self, queried_tokens: int, hit_tokens: int) -> None:
         """One admitted request: its prompt tokens and the cached prefix it got."""
         self.num_requests += 1

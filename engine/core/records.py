@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from engine.core.batch import Batch
+from engine.core.prefix_cache import PrefixCacheStats
 from engine.core.request import Request, SamplingParams
 from engine.core.results import StepRecord, TokenEvent, depths_text
 
@@ -77,6 +78,7 @@ class RunRecords:
     batches: list[BatchSignature] = field(default_factory=list)
     wall_s: float = 0.0
     invalid_reasons: list[str] = field(default_factory=list)
+    prefix_cache: PrefixCacheStats | None = None  # at the drain; None with caching off
 
     @property
     def num_core_calls(self) -> int:

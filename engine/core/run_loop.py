@@ -11,7 +11,7 @@ how a batch is executed; after the execution all three hand the result to ``Step
 from __future__ import annotations
 
 from engine.core.arrivals import ArrivalFeeder
-from engine.core.batch import Batch
+from engine.core.batch import Batch, Housekeeping
 from engine.core.engine_core import EngineCore
 from engine.core.records import ArrivalSource, RunRecorder
 from engine.core.request import Request
@@ -66,6 +66,13 @@ class StepLoop:
         if finished:
             recorder.finished(finished)
         return events
+
+    def drain(self) -> Housekeeping:
+        """The run's end: what a runner must still release (finished requests' state); the
+        records get the prefix cache's counters."""
+        if self.recorder is not None:
+            self.recorder.records.prefix_cache = self.core.prefix_cache_stats()
+        return self.core.take_housekeeping()
 
     def take_finished(self) -> list[Request]:
         """Requests finished since the last call, in finish order (without a recorder)."""
