@@ -36,8 +36,8 @@ from engine._native import (  # noqa: E402
 # (cost models other than the roofline, exit models, validity: once per run).
 MODULES = tuple(f"engine.core.{m}" for m in (
     "admission", "arrivals", "batch", "block_manager", "engine_core", "exits",
-    "fake_executor", "policies", "prefix_cache", "prompt_state", "records", "request",
-    "results", "run_loop", "scheduler",
+    "fake_executor", "kv_allocation", "policies", "prefix_cache", "prompt_state", "records",
+    "request", "results", "run_loop", "scheduler",
 )) + ("sim.driver", "sim.executor", "sim.cost.base", "sim.cost.roofline")
 
 

@@ -17,27 +17,11 @@ from __future__ import annotations
 import math
 from collections import deque
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 
 from engine.core.config import CacheConfig
 from engine.core.errors import KVIntegrityError
+from engine.core.kv_allocation import Allocation, Key, check_pool
 from engine.core.prefix_cache import CachedBlock, PrefixCache
-
-Key = tuple[str, int]  # (request_id, generation)
-
-
-@dataclass(slots=True)
-class _Allocation:
-    tables: list[list[int]]
-    reserved_blocks: int = 0  # promised to this request, not yet claimed
-    written: list[int] = field(default_factory=list)  # per plane: contiguous written prefix
-    shared: dict[int, CachedBlock] = field(default_factory=dict)  # block index -> cached entry
-    shared_end: int = 0  # positions below this may lie in a shared block
-    published: int = 0  # full prompt blocks considered for publishing so far
-
-    @property
-    def blocks_per_plane(self) -> int:
-        return len(self.tables[0])
 
 
 class BlockManager:
@@ -54,7 +38,7 @@ class BlockManager:
         self.num_planes = cache.num_planes(num_depths)
         self.num_blocks = cache.num_blocks
         self._free: deque[int] = deque(range(cache.num_blocks))
-        self._allocs: dict[Key, _Allocation] = {}
+        self._allocs: dict[Key, Allocation] = {}
         self._reserved_total = 0
         self.prefix_cache: PrefixCache | None = (
             PrefixCache(self.num_planes) if cache.enable_prefix_caching else None
@@ -147,7 +131,7 @@ class BlockManager:
         reserved = lifetime - (per_plane - hit) * self.num_planes
         self._reserved_total += reserved
         hit_tokens = hit * self.block_size
-        self._allocs[key] = _Allocation(
+        self._allocs[key] = Allocation(
             tables, reserved, [hit_tokens] * self.num_planes,
             dict(enumerate(prefix)), hit_tokens, hit,
         )
@@ -224,7 +208,7 @@ class BlockManager:
                 alloc.shared_end = max(alloc.shared_end, end)
         alloc.published = max(alloc.published, upto)
 
-    def _check_unshared(self, alloc: _Allocation, key: Key, start: int, end: int) -> None:
+    def _check_unshared(self, alloc: Allocation, key: Key, start: int, end: int) -> None:
         bs = self.block_size
         for i in range(start // bs, (end - 1) // bs + 1):
             if i in alloc.shared:
@@ -287,42 +271,7 @@ class BlockManager:
     def check_integrity(self) -> None:
         """Raise if blocks leak, are held twice, reservations exceed the free pool, or a
         cached entry's references disagree with the tables holding it."""
-        pc = self.prefix_cache
-        entries = [] if pc is None else pc.entries()
-        cached = [b for e in entries for b in e.blocks]
-        private = [
-            b for a in self._allocs.values() for t in a.tables
-            for i, b in enumerate(t) if i not in a.shared
-        ]
-        all_blocks = private + cached + list(self._free)
-        if len(all_blocks) != self.num_blocks or len(set(all_blocks)) != self.num_blocks:
-            raise KVIntegrityError(
-                f"block pool corrupt: {len(private)} held + {len(cached)} cached + "
-                f"{len(self._free)} free != {self.num_blocks} distinct blocks"
-            )
-        reserved = sum(a.reserved_blocks for a in self._allocs.values())
-        if reserved != self._reserved_total or reserved > len(self._free) + self._num_evictable:
-            raise KVIntegrityError(
-                f"reservations {reserved} (tracked {self._reserved_total}) exceed free "
-                f"blocks {len(self._free)} + evictable {self._num_evictable}"
-            )
-        refs: dict[int, int] = {}
-        for key, a in self._allocs.items():
-            if len({len(t) for t in a.tables}) != 1:
-                raise KVIntegrityError(f"request {key}: planes have different lengths")
-            for i, entry in a.shared.items():
-                if any(t[i] != b for t, b in zip(a.tables, entry.blocks, strict=True)):
-                    raise KVIntegrityError(f"request {key}: block {i} is not its cached entry")
-                if min(a.written) < (i + 1) * self.block_size:
-                    raise KVIntegrityError(f"request {key}: shared block {i} is not fully written")
-                if pc is None or pc.get(entry.block_hash) is not entry:
-                    raise KVIntegrityError(f"request {key}: block {i} holds an evicted entry")
-                refs[id(entry)] = refs.get(id(entry), 0) + 1
-        if pc is not None:
-            pc.check()
-            for entry in entries:
-                if refs.get(id(entry), 0) != entry.ref_count:
-                    raise KVIntegrityError(
-                        f"prefix cache: entry {entry.blocks} counts {entry.ref_count} "
-                        f"references but {refs.get(id(entry), 0)} tables hold it"
-                    )
+        check_pool(
+            self.num_blocks, self.block_size, list(self._free), self._allocs,
+            self._reserved_total, self.prefix_cache,
+        )
