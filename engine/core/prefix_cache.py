@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import hashlib
 import struct
+from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -87,8 +88,9 @@ class PrefixCache:
     def __init__(self, num_planes: int) -> None:
         self.num_planes = num_planes
         self._entries: dict[bytes, CachedBlock] = {}
-        # Unreferenced entries; dict order is LRU order (oldest first).
-        self._evictable: dict[bytes, CachedBlock] = {}
+        # Unreferenced entries, least recently used first. An OrderedDict, not a dict: popping
+        # a plain dict's first key scans the holes earlier pops left (quadratic under churn).
+        self._evictable: OrderedDict[bytes, CachedBlock] = OrderedDict()
         self.stats = PrefixCacheStats()
 
     @property
@@ -147,8 +149,7 @@ class PrefixCache:
         """Drop the least recently used unreferenced entry; its blocks, or None if none."""
         if not self._evictable:
             return None
-        block_hash = next(iter(self._evictable))
-        entry = self._evictable.pop(block_hash)
+        block_hash, entry = self._evictable.popitem(last=False)
         del self._entries[block_hash]
         self.stats.evicted_blocks += len(entry.blocks)
         return entry.blocks
