@@ -231,3 +231,19 @@ def test_models_health_and_metrics_names(srv: Running) -> None:
                  "core_calls_total", "mixed_core_calls_total", "prompt_tokens_total",
                  "generation_tokens_total", "request_success_total"):
         assert f'loopserve:{name}{{' in text, name
+    assert "loopserve:prefix_cache_queries_total{" in text
+    assert "loopserve:prefix_cache_hits_total{" in text
+
+
+def test_prefix_caching_server_reuses_a_prompt_and_counts_hits() -> None:
+    prompt = [(7 * i) % 63 + 1 for i in range(40)]  # 2 full 16-token blocks
+    want = LLM("tiny", arm="mixed", seed=0).generate(
+        [prompt], SamplingParams(max_tokens=6))[0].output_token_ids
+    with running_server(enable_prefix_caching=True) as running:
+        client = _client(running)
+        for _ in range(2):
+            out = client.completions.create(model="tiny", prompt=prompt, max_tokens=6,
+                                            temperature=0.0)
+            assert _ids(out.choices[0].text) == want
+        running.wait_metric("loopserve:prefix_cache_queries_total", 80.0)
+        assert running.metric("loopserve:prefix_cache_hits_total") == 32.0

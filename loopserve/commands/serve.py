@@ -31,6 +31,9 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--served-model-name", help="the model id clients send (default --model)")
     p.add_argument("--max-num-seqs", help="without --scenario: scheduler.max_num_seqs")
     p.add_argument("--num-blocks", help="without --scenario: cache.num_blocks")
+    p.add_argument("--enable-prefix-caching", action="store_true",
+                   help="reuse cached prompt prefixes across requests "
+                   "(cache.enable_prefix_caching)")
     p.add_argument("--shutdown-timeout", default="10",
                    help="seconds in-flight requests get after SIGTERM (default 10)")
     p.set_defaults(handler=main)
@@ -47,6 +50,7 @@ def main(args: argparse.Namespace, argv: list[str]) -> int:
             "--max-num-seqs", args.max_num_seqs, 1),
         num_blocks=None if args.num_blocks is None else integer(
             "--num-blocks", args.num_blocks, 1),
+        enable_prefix_caching=args.enable_prefix_caching,
     )
     port = integer("--port", args.port, 0)
     timeout = number("--shutdown-timeout", args.shutdown_timeout, 0)

@@ -269,6 +269,9 @@ class EngineThread:
         if self.metrics is not None:
             self.metrics.occupancy(core.num_running, core.num_waiting,
                                      core.block_manager.num_used_blocks)
+            pc = core.block_manager.prefix_cache
+            if pc is not None:
+                self.metrics.prefix_cache(pc.stats.queried_tokens, pc.stats.hit_tokens)
 
 
 def _deliver(sends: list[tuple[asyncio.Queue[list[Item]], list[Item]]]) -> None:

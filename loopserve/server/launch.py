@@ -38,6 +38,7 @@ class ServeOptions:
     max_waiting: int = 1024
     max_num_seqs: int | None = None
     num_blocks: int | None = None
+    enable_prefix_caching: bool = False  # vLLM's flag; with a scenario, overrides its cache
     record: bool = False  # keep the engine's records (benchmarks)
 
 
@@ -50,6 +51,8 @@ def _from_scenario(opts: ServeOptions) -> tuple[EngineConfig, Any, Any]:
     assert opts.scenario is not None
     model = str(Path(opts.model).resolve()) if Path(opts.model).is_dir() else opts.model
     sets = [f"model={model}", f"seed={opts.seed}"]
+    if opts.enable_prefix_caching:
+        sets.append("cache.enable_prefix_caching=true")
     scn = load_scenario(opts.scenario, sets)
     try:
         arm = resolve_arm(opts.arm)
@@ -76,6 +79,8 @@ def _from_defaults(opts: ServeOptions) -> tuple[EngineConfig, Any, Any]:
         kwargs["max_num_seqs"] = opts.max_num_seqs
     if opts.num_blocks is not None:
         kwargs["num_blocks"] = opts.num_blocks
+    if opts.enable_prefix_caching:
+        kwargs["enable_prefix_caching"] = True
     try:
         cfg = make_engine_config(model, arm=opts.arm, **kwargs)
     except ValueError as err:

@@ -9,8 +9,9 @@ Engine-side times (the engine thread's clock, from a request's acceptance by the
 ``loopserve:generation_tokens_total``, ``loopserve:request_success_total`` (label
 ``finished_reason``: stop | length | abort | error), ``loopserve:core_calls_total`` and
 ``loopserve:mixed_core_calls_total`` (core calls that carried prompt and decode rows
-together). Every series has a ``model_name`` label. The engine has no prefix cache yet, so
-there are no prefix-cache series.
+together), and vLLM's prefix-cache counters ``loopserve:prefix_cache_queries`` and
+``loopserve:prefix_cache_hits`` (prompt tokens looked up at admission and found cached;
+0 with ``cache.enable_prefix_caching`` off). Every series has a ``model_name`` label.
 """
 
 from __future__ import annotations
@@ -67,6 +68,11 @@ class ServerMetrics:
         self.core_calls = counter("loopserve:core_calls", "Recurrent core calls executed.")
         self.mixed_core_calls = counter("loopserve:mixed_core_calls",
                                         "Core calls with prompt and decode rows together.")
+        self.prefix_queries = counter("loopserve:prefix_cache_queries",
+                                      "Prompt tokens looked up in the prefix cache.")
+        self.prefix_hits = counter("loopserve:prefix_cache_hits",
+                                   "Prompt tokens found in the prefix cache.")
+        self._prefix_seen = (0, 0)
         success = Counter("loopserve:request_success", "Finished requests by reason.",
                           [*m, "finished_reason"], registry=r)
         self.finished = {reason: success.labels(model_name=model_name, finished_reason=reason)
@@ -97,6 +103,15 @@ class ServerMetrics:
         self.waiting.set(waiting)
         self.kv_blocks.set(used_blocks)
         self.kv_usage.set(used_blocks / self.num_blocks if self.num_blocks else 0.0)
+
+    def prefix_cache(self, queried_tokens: int, hit_tokens: int) -> None:
+        """The engine's running totals; the counters advance by what is new."""
+        q0, h0 = self._prefix_seen
+        if queried_tokens > q0:
+            self.prefix_queries.inc(queried_tokens - q0)
+        if hit_tokens > h0:
+            self.prefix_hits.inc(hit_tokens - h0)
+        self._prefix_seen = (queried_tokens, hit_tokens)
 
     def render(self) -> bytes:
         return bytes(generate_latest(self.registry))
