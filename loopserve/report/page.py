@@ -1,7 +1,7 @@
 """report.html: one self-contained page (inline CSS, PNGs as base64) for one or more runs.
 
 Sections: per-arm medians at the reference point, arm ratios, which option is better on which
-metric (from the medians), validity with reasons, the figures, every sweep point, and the
+metric (from the medians), the prefix cache (runs with it on), validity with reasons, the figures, every sweep point, and the
 resolved scenario. With several runs (e.g. sim and cpu) the tables gain a run column and the
 figures overlay the runs.
 """
@@ -27,6 +27,8 @@ from loopserve.report.plots import (
     swept_fields,
     ttft_figure,
 )
+from loopserve.report.prefix import HEAD as PREFIX_HEAD
+from loopserve.report.prefix import prefix_cache_rows
 from loopserve.report.timeline import timeline_figure
 from loopserve.runs.metrics import metric
 from loopserve.runs.summary import MedianRow
@@ -218,6 +220,23 @@ def _points_section(runs: Sequence[RunData]) -> str:
     return "<h2>Every sweep point</h2>" + _table(head, rows, left=4)
 
 
+def _cell(x: object) -> str:
+    if isinstance(x, int) and not isinstance(x, bool):
+        return str(x)
+    return _num(float(x)) if isinstance(x, float) else "–"
+
+
+def _prefix_section(runs: Sequence[RunData]) -> str:
+    rows = prefix_cache_rows(runs)
+    if not rows:
+        return ""
+    cells = [[_e(c) for c in r[:4]] + [_cell(c) for c in r[4:]] for r in rows]
+    return ("<h2>Prefix cache</h2><p class='note'>vLLM's terms: prompt tokens queried at "
+            "admission and hit (served from the cache), hit rate = hit / queried; blocks "
+            "evicted over all depth planes; the uncached columns are the same point with "
+            "caching off.</p>" + _table(PREFIX_HEAD, cells, left=4))
+
+
 def _point_label(run: RunData, point_id: int) -> str:
     values = run.point_values(point_id)
     return ", ".join(f"{k}={v}" for k, v in values.items()) or "base"
@@ -258,6 +277,7 @@ def render_html(runs: Sequence[RunData], figs: Sequence[FigureFile]) -> str:
         f"<title>loopserve report: {_e(names)}</title><style>{_CSS}</style></head><body>"
         f"<h1>loopserve report: {_e(names)}</h1>{_runs_header(runs)}"
         f"{_medians_section(runs)}{_ratios_section(runs)}{_verdict_section(runs)}"
-        f"{_validity_section(runs)}<h2>Figures</h2>{fig_html}{_points_section(runs)}"
+        f"{_prefix_section(runs)}{_validity_section(runs)}<h2>Figures</h2>{fig_html}"
+        f"{_points_section(runs)}"
         f"<h2>Resolved scenario</h2>{scenarios}</body></html>\n"
     )

@@ -7,7 +7,11 @@
 - percentiles by numpy's default linear interpolation, reported in milliseconds as
   ``{mean, p50, p90, p99, max}`` (all None when a metric has no sample);
 - output_tok_s = output tokens / (last finish - first arrival);
-- prompt_token_loops_s = prompt tokens x D / the same span (prompt work done, in token-loops).
+- prompt_token_loops_s = prompt tokens x D / the same span (prompt work done, in token-loops;
+  with prefix caching it counts cached tokens too, as prompt work served);
+- with ``cache.enable_prefix_caching`` only (so other runs' rows stay as they were): vLLM's
+  prefix-cache terms, prompt tokens queried at admission and hit (served from the cache),
+  their ratio, and the physical blocks (over all planes) evicted to make room.
 
 Only finished requests (the rows of ``RunRecords.requests``) count.
 """
@@ -16,7 +20,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from operator import attrgetter
-from typing import Any, TypedDict
+from typing import Any, NotRequired, TypedDict
 
 import numpy as np
 import pandas as pd  # type: ignore[import-untyped]
@@ -57,6 +61,10 @@ class Metrics(TypedDict):
     num_requests: int
     num_core_calls: int
     num_mixed_core_calls: int
+    prefix_cache_queried_tokens: NotRequired[int]
+    prefix_cache_hit_tokens: NotRequired[int]
+    prefix_cache_hit_rate: NotRequired[float | None]
+    prefix_cache_evicted_blocks: NotRequired[int]
 
 
 def distribution_ms(values_s: Iterable[float]) -> Distribution:
@@ -119,7 +127,7 @@ def summarize(records: RunRecords, num_depths: int | None = None) -> Metrics:
         out_tok_s = sum(r.output_tokens for r in reqs) / span
         if depths is not None:
             loops_s = sum(r.prompt_tokens for r in reqs) * depths / span
-    return {
+    out: Metrics = {
         "ttft_ms": distribution_ms(ttft),
         "tpot_ms": distribution_ms(tpot),
         "itl_ms": distribution_ms(inter_token_latencies(records)),
@@ -130,6 +138,13 @@ def summarize(records: RunRecords, num_depths: int | None = None) -> Metrics:
         "num_core_calls": records.num_core_calls,
         "num_mixed_core_calls": records.num_mixed_core_calls,
     }
+    pc = records.prefix_cache
+    if pc is not None:
+        out["prefix_cache_queried_tokens"] = pc.queried_tokens
+        out["prefix_cache_hit_tokens"] = pc.hit_tokens
+        out["prefix_cache_hit_rate"] = pc.hit_rate if pc.queried_tokens else None
+        out["prefix_cache_evicted_blocks"] = pc.evicted_blocks
+    return out
 
 
 def metric(row: Mapping[str, object] | None, key: str, sub: str | None = None) -> float | None:
