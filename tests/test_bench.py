@@ -30,3 +30,16 @@ def test_bench_writes_rates_for_every_arm_and_the_pure_comparison(tmp_path: Path
     for h in host:
         assert h["steps"] == 5 and h["context"] == 20
         assert h["total_us"] == h["schedule_us"] + h["metadata_us"] + h["triton_us"] > 0
+
+
+def test_bench_with_prefix_caching_on_shared_prefixes(tmp_path: Path) -> None:
+    assert bench.main(["--num-requests", "12", "--repeats", "1", "--pure-repeats", "0",
+                       "--arms", "mixed", "--prefix-caching", "on", "--shared-prefix", "64",
+                       "--host-steps", "0",
+                       "--out", str(tmp_path)]) == 0
+    (run,) = tmp_path.iterdir()
+    result = json.loads((run / "bench.json").read_text())
+    assert result["prefix_caching"] is True
+    assert result["workload"]["shared_prefix"] == {"tokens": 64, "num_prefixes": 8}
+    (a,) = result["arms"]
+    assert a["median_us_per_core_call"] == 1e6 / a["median_core_calls_s"]

@@ -4,9 +4,11 @@
 arm, ``--repeats`` times each, and reports the median core calls/s next to a minimal SimPy
 loop that yields the same number of timeouts as the run has steps, measured in the same
 process, and (``--pure-repeats``) the same arm on the Python sources in a subprocess, so the
-native build's speedup is a ratio measured side by side. Writes
-``results/bench/<UTC timestamp>/bench.json`` and ``env.json``. Then the real engine's host
-time per core call at 1/8/16/64 decode rows (``tools.host_bench``; ``--host-steps 0`` skips it).
+native build's speedup is a ratio measured side by side. ``--prefix-caching on`` (with
+``--shared-prefix TOKENS`` for something to hit) measures the cost per core call with prefix
+caching. Writes ``results/bench/<UTC timestamp>/bench.json`` and ``env.json``. Then the real
+engine's host time per core call at 1/8/16/64 decode rows (``tools.host_bench``;
+``--host-steps 0`` skips it).
 """
 
 from __future__ import annotations
@@ -60,14 +62,24 @@ def simpy_loop_rate(num_timeouts: int) -> float:
     return num_timeouts / (time.perf_counter() - t0)
 
 
+def workload(num_requests: int, shared_prefix: int) -> dict[str, Any]:
+    """The benchmark's workload; ``shared_prefix`` tokens (0: none) open every prompt from one
+    of eight prefixes, so prefix caching has something to hit."""
+    spec = {**WORKLOAD, "num_requests": num_requests}
+    if shared_prefix:
+        spec["shared_prefix"] = {"tokens": shared_prefix, "num_prefixes": 8}
+    return spec
+
+
 def bench_arm(
-    arm: str, num_requests: int, repeats: int, seed: int, scheduler: dict[str, Any]
+    arm: str, num_requests: int, repeats: int, seed: int, scheduler: dict[str, Any],
+    prefix_caching: bool = False, shared_prefix: int = 0,
 ) -> dict[str, Any]:
     shape = MODEL_SHAPES[MODEL]
     cfg = EngineConfig(shape, SchedulerConfig(arm=arm, **scheduler),
-                       CacheConfig(num_blocks=NUM_BLOCKS))
+                       CacheConfig(num_blocks=NUM_BLOCKS, enable_prefix_caching=prefix_caching))
     cost = make_cost_model("roofline", shape, hardware="h200")
-    source = build_source({**WORKLOAD, "num_requests": num_requests}, seed=seed,
+    source = build_source(workload(num_requests, shared_prefix), seed=seed,
                           vocab_size=shape.vocab_size)
     rates, loop_rates, walls = [], [], []
     for _ in range(repeats):
@@ -92,6 +104,7 @@ def bench_arm(
         "wall_s": walls,
         "core_calls_s": rates,
         "median_core_calls_s": rate,
+        "median_us_per_core_call": 1e6 / rate,
         "median_steps_s": len(rec.steps) / statistics.median(walls),
         "simpy_loop_timeouts_s": loop_rate,
         "ratio_to_simpy_loop": rate / loop_rate,
@@ -103,7 +116,8 @@ def _pure_run(arm: str, args: argparse.Namespace, native: dict[str, Any]) -> dic
     process); it must produce the same steps."""
     cmd = [sys.executable, "-m", "tools.bench", "--child", "--arms", arm,
            "--num-requests", str(args.num_requests), "--repeats", str(args.pure_repeats),
-           "--seed", str(args.seed), "--max-num-seqs", str(args.max_num_seqs)]
+           "--seed", str(args.seed), "--max-num-seqs", str(args.max_num_seqs),
+           "--prefix-caching", args.prefix_caching, "--shared-prefix", str(args.shared_prefix)]
     out = subprocess.run(cmd, capture_output=True, text=True, check=True,
                          env={**os.environ, "LOOPSERVE_NATIVE": "0"})
     pure: dict[str, Any] = json.loads(out.stdout.strip().splitlines()[-1])
@@ -142,26 +156,36 @@ def main(argv: list[str] | None = None) -> int:
                         help="decode steps per host-overhead point (0: skip that part)")
     parser.add_argument("--host-repeats", type=int, default=3)
     parser.add_argument("--host-contexts", type=int, nargs="+", default=[128, 768])
+    parser.add_argument("--prefix-caching", choices=("off", "on"), default="off",
+                        help="cache.enable_prefix_caching (default off, as the engine's)")
+    parser.add_argument("--shared-prefix", type=int, default=0, metavar="TOKENS",
+                        help="open every prompt with one of 8 shared prefixes of TOKENS")
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.num_requests < 1 or args.repeats < 1 or args.max_num_seqs < 1:
         parser.error("--num-requests, --repeats and --max-num-seqs must be >= 1")
+    if args.shared_prefix < 0:
+        parser.error("--shared-prefix must be >= 0")
     scheduler = {**SCHEDULER, "max_num_seqs": args.max_num_seqs}
+    caching = {"prefix_caching": args.prefix_caching == "on",
+               "shared_prefix": args.shared_prefix}
     if args.child:  # one arm for the parent, as JSON on stdout
-        r = bench_arm(args.arms[0], args.num_requests, args.repeats, args.seed, scheduler)
+        r = bench_arm(args.arms[0], args.num_requests, args.repeats, args.seed, scheduler,
+                      **caching)
         print(json.dumps({**r, "native": native_build()["active"]}))
         return 0
 
     native = native_build()
     print(f"simulating {args.num_requests} poisson requests on {MODEL}/h200 roofline, "
           f"median of {args.repeats} runs per arm (target {TARGET_CORE_CALLS_S:,} core calls/s)")
-    print(f"native build: {native['reason']}")
+    print(f"native build: {native['reason']}; prefix caching {args.prefix_caching}"
+          + (f", {args.shared_prefix}-token shared prefixes" if args.shared_prefix else ""))
     print(f"{'arm':<10} {'core calls':>10} {'steps':>8} {'items/call':>10} {'wall s':>7} "
           f"{'calls/s':>9} {'steps/s':>9} {'simpy loop/s':>12} {'ratio':>6} "
-          f"{'pure calls/s':>12} {'speedup':>7}")
+          f"{'pure calls/s':>12} {'speedup':>7} {'us/call':>7}")
     arms = []
     for arm in args.arms:
-        r = bench_arm(arm, args.num_requests, args.repeats, args.seed, scheduler)
+        r = bench_arm(arm, args.num_requests, args.repeats, args.seed, scheduler, **caching)
         if args.pure_repeats > 0:
             pure = _pure_run(arm, args, r)
             r["pure_core_calls_s"] = pure["core_calls_s"]
@@ -174,10 +198,11 @@ def main(argv: list[str] | None = None) -> int:
               f"{r['items_per_core_call']:>10.1f} {statistics.median(r['wall_s']):>7.2f} "
               f"{r['median_core_calls_s']:>9,.0f} {r['median_steps_s']:>9,.0f} "
               f"{r['simpy_loop_timeouts_s']:>12,.0f} {r['ratio_to_simpy_loop']:>6.3f} "
-              f"{pure_cols}")
+              f"{pure_cols} {r['median_us_per_core_call']:>7.2f}")
     result = {
         "model": MODEL, "hardware": "h200", "cost": "roofline",
-        "workload": {**WORKLOAD, "num_requests": args.num_requests},
+        "workload": workload(args.num_requests, args.shared_prefix),
+        "prefix_caching": args.prefix_caching == "on",
         "scheduler": scheduler, "num_blocks": NUM_BLOCKS, "seed": args.seed,
         "repeats": args.repeats, "target_core_calls_s": TARGET_CORE_CALLS_S,
         "native": native["active"], "arms": arms,
