@@ -43,7 +43,7 @@ def rounds(llm: LLM, prompts: Sequence[Sequence[Sequence[int]]]) -> list:
 def test_cached_and_uncached_runs_agree(arm: str, exit_mode: str) -> None:
     model = tiny_model(gate_std=0.6)
     cached = make_llm(model, arm, EXITS[exit_mode], enable_prefix_caching=True)
-    pc = cached.core.kv.prefix_cache
+    pc = cached.core.block_manager.prefix_cache
     assert pc is not None
     got = rounds(cached, [ROUND_1])
     assert pc.stats.hit_tokens == 0  # nothing was published before both had computed it
@@ -53,8 +53,8 @@ def test_cached_and_uncached_runs_agree(arm: str, exit_mode: str) -> None:
     assert got == expected
     if exit_mode == "ouro":
         assert min(d for _, depths in got[1] for d in depths) < 4  # adaptive exits happened
-    assert cached.core.kv.num_used_blocks == 0
-    cached.core.kv.check_integrity()
+    assert cached.core.block_manager.num_used_blocks == 0
+    cached.core.block_manager.check_integrity()
 
 
 @pytest.mark.parametrize("arm", ARMS)
@@ -67,7 +67,7 @@ def test_eviction_under_a_small_pool(arm: str) -> None:
     exit_cfg = EXITS["ouro"]
     kw: dict[str, object] = dict(num_blocks=32, max_num_seqs=2)
     cached = make_llm(model, arm, exit_cfg, enable_prefix_caching=True, **kw)
-    pc = cached.core.kv.prefix_cache
+    pc = cached.core.block_manager.prefix_cache
     assert pc is not None
     got, hits, evicted = [], [], []
     for r in prompts:
@@ -78,4 +78,4 @@ def test_eviction_under_a_small_pool(arm: str) -> None:
     assert hits == [0, 12, 0, 0, 0, 24]  # f1 hit, then evicted by f3 (LRU); f3 hit twice
     assert evicted[:3] == [0, 0, 0] and evicted[3] == 12
     assert got == rounds(make_llm(model, arm, exit_cfg, **kw), prompts)
-    cached.core.kv.check_integrity()
+    cached.core.block_manager.check_integrity()
