@@ -23,9 +23,10 @@ def injection_problem(core: EngineCore, spec: ArrivalSpec, now_s: float) -> str 
             f"injected request {spec.request_id} found no free slot at t={now_s:.6f}s "
             f"(num_running {core.num_running} == max_num_seqs {max_num_seqs})"
         )
-    lifetime = len(spec.prompt_token_ids) + spec.params.max_tokens - 1
-    need = core.blocks_to_admit(spec.prompt_token_ids, lifetime)
-    free = core.block_manager.num_free_blocks
+    bm, prompt = core.block_manager, spec.prompt_token_ids
+    prefix = bm.cached_prefix(bm.block_hashes(prompt), len(prompt))
+    need = bm.blocks_to_admit(len(prompt) + spec.params.max_tokens - 1, prefix)
+    free = bm.num_free_blocks
     if need > free:
         return (
             f"injected request {spec.request_id} found no KV capacity at t={now_s:.6f}s "

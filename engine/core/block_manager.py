@@ -21,7 +21,7 @@ from collections.abc import Sequence
 from engine.core.config import CacheConfig
 from engine.core.errors import KVIntegrityError
 from engine.core.kv_allocation import Allocation, Key, check_pool
-from engine.core.prefix_cache import CachedBlock, PrefixCache
+from engine.core.prefix_cache import CachedBlock, PrefixCache, hash_prompt_blocks, root_hash
 
 
 class BlockManager:
@@ -43,6 +43,8 @@ class BlockManager:
         self.prefix_cache: PrefixCache | None = (
             PrefixCache(self.num_planes) if cache.enable_prefix_caching else None
         )
+        # Everything per engine that changes a prompt position's K/V besides its tokens.
+        self._prefix_root = root_hash(f"{cache.layout}/{num_depths}")
 
     # ---- capacity -------------------------------------------------------------------------
     def blocks_for(self, num_tokens: int) -> int:
@@ -89,6 +91,13 @@ class BlockManager:
         return self._free.popleft()
 
     # ---- allocation -----------------------------------------------------------------------
+    def block_hashes(self, prompt_token_ids: Sequence[int]) -> list[bytes]:
+        """The prompt's chained full-block hashes ([] without prefix caching): computed once
+        per request, when it arrives."""
+        if self.prefix_cache is None:
+            return []
+        return hash_prompt_blocks(prompt_token_ids, self.block_size, self._prefix_root)
+
     def cached_prefix(
         self, block_hashes: Sequence[bytes], num_prompt_tokens: int
     ) -> list[CachedBlock]:

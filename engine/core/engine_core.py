@@ -22,7 +22,6 @@ from engine.core.config import EngineConfig
 from engine.core.errors import StaleResultError
 from engine.core.exits import make_decider, validate_trace
 from engine.core.policies import make_policy
-from engine.core.prefix_cache import PrefixCacheStats, hash_prompt_blocks, root_hash
 from engine.core.prompt_state import PromptStateHandles
 from engine.core.request import Request, SamplingParams, Stage
 from engine.core.results import CodaResult, RecurrentResult, StepResult, TokenEvent, result_matches
@@ -36,8 +35,6 @@ class EngineCore:
         self.cfg = cfg
         self.num_depths = cfg.model.num_depths
         self.block_manager = BlockManager(cfg.cache, self.num_depths)
-        # Everything per engine that changes a prompt position's K/V besides its tokens.
-        self._prefix_root = root_hash(f"{cfg.cache.layout}/{self.num_depths}")
         self.prompt_states = PromptStateHandles(cfg.scheduler.max_num_seqs)
         self.scheduler = Scheduler(
             cfg, self.block_manager, self.prompt_states, make_policy(cfg.scheduler.arm)
@@ -82,7 +79,7 @@ class EngineCore:
                 f"{self.block_manager.blocks_for(req.lifetime_tokens)} KV blocks but the cache has "
                 f"{self.block_manager.num_blocks}; shorten it or raise cache.num_blocks"
             )
-        req.block_hashes = self.block_hashes(req.prompt_token_ids)
+        req.block_hashes = self.block_manager.block_hashes(req.prompt_token_ids)
         req.decider = make_decider(
             exit_cfg, self.num_depths, request_key=request_id, trace=trace, seed=params.seed
         )
@@ -91,24 +88,6 @@ class EngineCore:
         self.requests[request_id] = req
         self.scheduler.add(req)
         return req
-
-    def block_hashes(self, prompt_token_ids: Sequence[int]) -> list[bytes]:
-        """The prompt's chained full-block hashes ([] without prefix caching)."""
-        bm = self.block_manager
-        if bm.prefix_cache is None:
-            return []
-        return hash_prompt_blocks(prompt_token_ids, bm.block_size, self._prefix_root)
-
-    def blocks_to_admit(self, prompt_token_ids: Sequence[int], lifetime_tokens: int) -> int:
-        """Free KV blocks a request would need to be admitted now, its cached prefix aside."""
-        bm = self.block_manager
-        prefix = bm.cached_prefix(self.block_hashes(prompt_token_ids), len(prompt_token_ids))
-        return bm.blocks_to_admit(lifetime_tokens, prefix)
-
-    def prefix_cache_stats(self) -> PrefixCacheStats | None:
-        """A snapshot of the prefix cache's counters (None with caching off)."""
-        pc = self.block_manager.prefix_cache
-        return None if pc is None else pc.stats.copy()
 
     def abort(self, request_id: str) -> bool:
         """Finish a request with reason ``abort`` and release everything it holds."""

@@ -70,8 +70,9 @@ class StepLoop:
     def drain(self) -> Housekeeping:
         """The run's end: what a runner must still release (finished requests' state); the
         records get the prefix cache's counters."""
-        if self.recorder is not None:
-            self.recorder.records.prefix_cache = self.core.prefix_cache_stats()
+        pc = self.core.block_manager.prefix_cache
+        if self.recorder is not None and pc is not None:
+            self.recorder.records.prefix_cache = pc.stats.copy()
         return self.core.take_housekeeping()
 
     def take_finished(self) -> list[Request]:
