@@ -21,9 +21,10 @@ from engine.core.batch import Batch, Housekeeping, ItemKind, ScheduledItem
 from engine.core.block_manager import BlockManager
 from engine.core.config import EngineConfig, ExitConfig
 from engine.core.engine_core import EngineCore
-from engine.core.request import SamplingParams, Stage
+from engine.core.request import Request, SamplingParams, Stage
 from engine.core.results import CodaResult, RecurrentResult, StepResult
 from engine.kv_cache import KVCache
+from engine.live_items import expand_result, live_items
 from engine.model.alloc import default_dtype
 from engine.model.lookahead import LookaheadHead
 from engine.model.ouro import OuroForCausalLM
@@ -77,6 +78,7 @@ class ModelRunner:
         self.num_depths = shape.num_depths
         self.block_manager = block_manager
         self.params_fn: ParamsFn | None = None
+        self.requests: dict[str, Request] | None = None  # the bound core's unfinished requests
         self.fail_on_step: int | None = None
         self.hidden_hook: HiddenHook | None = None
         self.last_prepare_s = 0.0  # host time in _prepare_batch during the last execute
@@ -114,7 +116,7 @@ class ModelRunner:
         else:
             self._allocate(self.cfg)
         self.block_manager = core.block_manager
-        requests = core.requests
+        requests = self.requests = core.requests
 
         def params(request_id: str, generation: int) -> SamplingParams | None:
             req = requests.get(request_id)
@@ -146,6 +148,14 @@ class ModelRunner:
         self.readbacks.start_step()
         if self.fail_on_step is not None and batch.step == self.fail_on_step:
             raise RuntimeError(f"injected failure at step {batch.step}")
+        live = live_items(batch, self.requests)
+        if live is not None:
+            return expand_result(batch, live, self._run(Batch(batch.step, batch.stage, live)))
+        return self._run(batch)
+
+    def _run(self, batch: Batch) -> StepResult:
+        if not batch.items:
+            return StepResult(batch.step)
         if batch.stage is Stage.PRELUDE:
             self._prelude(batch)
             return StepResult(batch.step)
@@ -287,3 +297,4 @@ class ModelRunner:
     def lookahead_head(self, exit_cfg: ExitConfig) -> LookaheadHead:
         """The random_lookahead head this runner uses for ``exit_cfg`` (built once per seed)."""
         return self._head(exit_cfg.seed)
+

@@ -190,7 +190,13 @@ class EngineCore:
             self._apply_decode(req, item, signal)
 
     def fail(self, batch: Batch, error: str = "error") -> list[str]:
-        """The batch-failure path: its requests finish with reason ``error`` and release all."""
+        """The batch-failure path: its requests finish with reason ``error`` and release all.
+
+        The batch's housekeeping is handed over again with the next batch: the executor may
+        have raised before applying it, and applying it twice is harmless (handle ids and
+        request generations are never reused; a finalize copy is filtered out once its
+        request is released)."""
+        self._redeliver(batch.housekeeping)
         failed = []
         if batch.step == self._next_step - 1:  # the latest batch: undo its turn
             self.scheduler.undo_fairness()
@@ -201,6 +207,13 @@ class EngineCore:
                 self._finish(req, "error")
                 failed.append(req.request_id)
         return failed
+
+    def _redeliver(self, hk: Housekeeping) -> None:
+        if not hk:
+            return
+        self._finalize[:0] = hk.finalize
+        self.prompt_states.redeliver(hk.released_handles)
+        self._released_requests[:0] = hk.released_requests
 
     # ---- apply helpers -------------------------------------------------------------------
     def _key(self, req: Request) -> tuple[str, int]:

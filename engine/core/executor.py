@@ -19,7 +19,9 @@ class Executor(Protocol):
     requests) before the items; return ``RecurrentResult`` for RECURRENT (one signal per DECODE
     item in item order when any needs one, else None), ``CodaResult`` for CODA (one token per
     item), a plain ``StepResult`` for PRELUDE and PREFILL; read back only decode rows. Raise on
-    failure; the driver then calls ``EngineCore.fail(batch)``.
+    failure; the driver then calls ``EngineCore.fail(batch)``, which hands the housekeeping
+    over again with the next batch (so applying it must be idempotent). Items whose request
+    is gone or reused (aborted after ``schedule``) must not run; any value stands in for them.
     """
 
     def execute(self, batch: Batch) -> StepResult:

@@ -34,6 +34,10 @@ class PromptStateHandles:
     def num_in_use(self) -> int:
         return len(self._live)
 
+    def redeliver(self, handles: tuple[PromptStateHandle, ...]) -> None:
+        """Released handles a failed batch carried, to hand over again (oldest first)."""
+        self._released[:0] = handles
+
     def take_released(self) -> tuple[PromptStateHandle, ...]:
         if not self._released:
             return ()
