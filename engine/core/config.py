@@ -182,6 +182,7 @@ MIXED_REJECTIONS: dict[str, str] = {
     "pd_disaggregation": "the PD prefill worker takes PREFILL batches directly",
     "enable_preemption": "prompt-state snapshot and restore are not defined yet",
     "no_refill": "no_refill's cohort semantics conflict with mixing prompt and decode rows",
+    "prefill_uva": "under mixing no prompt takes the atomic FA4 path that prefill UVA serves",
     "static_buffers": "static buffers are not validated with mixed batches",
     "padding": "row padding is not validated with mixed batches",
 }
@@ -214,6 +215,7 @@ class SchedulerConfig:
     pd_disaggregation: bool = False
     enable_preemption: bool = False
     no_refill: bool = False
+    prefill_uva: bool = False
     static_buffers: bool = False
     padding: bool = False
     effective_chunk_size: int = field(init=False, default=0)
