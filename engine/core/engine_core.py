@@ -191,12 +191,12 @@ class EngineCore:
 
     def fail(self, batch: Batch, error: str = "error") -> list[str]:
         """The batch-failure path: its requests finish with reason ``error`` and release all.
-
-        The batch's housekeeping is handed over again with the next batch: the executor may
-        have raised before applying it, and applying it twice is harmless (handle ids and
-        request generations are never reused; a finalize copy is filtered out once its
-        request is released)."""
-        self._redeliver(batch.housekeeping)
+        Its housekeeping goes out again with the next batch (the executor may have raised
+        before applying it; applying it twice is harmless, contracts.md)."""
+        hk = batch.housekeeping
+        self._finalize[:0] = hk.finalize
+        self._released_requests[:0] = hk.released_requests
+        self.prompt_states.redeliver(hk.released_handles)
         failed = []
         if batch.step == self._next_step - 1:  # the latest batch: undo its turn
             self.scheduler.undo_fairness()
@@ -208,17 +208,7 @@ class EngineCore:
                 failed.append(req.request_id)
         return failed
 
-    def _redeliver(self, hk: Housekeeping) -> None:
-        if not hk:
-            return
-        self._finalize[:0] = hk.finalize
-        self.prompt_states.redeliver(hk.released_handles)
-        self._released_requests[:0] = hk.released_requests
-
     # ---- apply helpers -------------------------------------------------------------------
-    def _key(self, req: Request) -> tuple[str, int]:
-        return (req.request_id, req.generation)
-
     def _apply_prelude(self, req: Request) -> None:
         req.stage = Stage.RECURRENT
         req.loops_done = 0
@@ -243,7 +233,7 @@ class EngineCore:
         self.scheduler.requeue(req)
 
     def _apply_prompt(self, req: Request, item: ScheduledItem) -> None:
-        key = self._key(req)
+        key = (req.request_id, req.generation)
         end = item.position + item.num_tokens
         last_depth = item.depth + item.num_depths
         for d in range(item.depth, last_depth):
@@ -302,7 +292,7 @@ class EngineCore:
         if req.prompt_item is not None and req.prompt_item.state is not None:
             self.prompt_states.release(req.prompt_item.state)
             req.prompt_item = None
-        key = self._key(req)
+        key = (req.request_id, req.generation)
         if self.block_manager.holds(key):
             self.block_manager.free(key)
             self._released_requests.append(key)
