@@ -183,17 +183,14 @@ class EngineCore:
                 continue
             assert req is not None
             if signal is None and item.needs_signal:
-                raise StaleResultError(
-                    f"step {batch.step}: request {req.request_id} needs a gate signal "
-                    "but the result carries none"
-                )
+                raise StaleResultError(f"step {batch.step}: request {req.request_id} needs a "
+                                       "gate signal but the result carries none")
             self._apply_decode(req, item, signal)
 
     def fail(self, batch: Batch, error: str = "error") -> list[str]:
-        """The batch-failure path: its requests finish with reason ``error`` and release all.
-        Its housekeeping goes out again with the next batch (the executor may have raised
-        before applying it; applying it twice is harmless, contracts.md)."""
-        hk = batch.housekeeping
+        """The batch-failure path: its requests finish with reason ``error`` and release all;
+        its housekeeping goes out again with the next batch (contracts.md: idempotent)."""
+        hk = batch.housekeeping  # the executor may have raised before applying it
         self._finalize[:0] = hk.finalize
         self._released_requests[:0] = hk.released_requests
         self.prompt_states.redeliver(hk.released_handles)
