@@ -186,8 +186,7 @@ MIXED_REJECTIONS: dict[str, str] = {
     "static_buffers": "static buffers are not validated with mixed batches",
     "padding": "row padding is not validated with mixed batches",
 }
-# Options loopserve does not implement in any arm yet.
-NOT_OFFERED: frozenset[str] = frozenset(MIXED_REJECTIONS)
+NOT_OFFERED: frozenset[str] = frozenset(MIXED_REJECTIONS)  # not implemented in any arm yet
 
 
 @dataclass(frozen=True, slots=True)
