@@ -14,7 +14,7 @@ from tests.scenario_fixtures import tiny, write_scenario
 
 EXPECTED_FILES = {
     "scenario.yaml", "env.json", "steps.csv", "requests.csv", "tokens.csv", "summary.json",
-    "trace.json", "report.html", "timeline.png", "itl_cdf.png", "ttft.png",
+    "vllm_results.json", "trace.json", "report.html", "timeline.png", "itl_cdf.png", "ttft.png",
 }
 METRIC_KEYS = {"ttft_ms", "tpot_ms", "itl_ms", "e2el_ms"}
 STATS = {"mean", "p50", "p90", "p99", "max"}
@@ -82,6 +82,17 @@ def test_summary_json_shape(run_dir: Path) -> None:
     assert med["mixed"]["num_mixed_core_calls"] > 0
 
 
+def test_vllm_results_beside_the_summary(run_dir: Path) -> None:
+    summary = json.loads((run_dir / "summary.json").read_text())
+    results = json.loads((run_dir / "vllm_results.json").read_text())
+    assert [(r["arm"], r["repeat"]) for r in results] == [
+        (r["arm"], r["repeat"]) for r in summary["runs"]]
+    for r, s in zip(results, summary["runs"], strict=True):
+        assert r["completed"] == s["num_requests"] and r["failed"] == 0
+        assert r["p99_itl_ms"] == pytest.approx(s["itl_ms"]["p99"])
+        assert r["median_ttft_ms"] == pytest.approx(s["ttft_ms"]["p50"])
+
+
 def test_resolved_scenario_and_env(run_dir: Path) -> None:
     resolved = yaml.safe_load((run_dir / "scenario.yaml").read_text())
     assert resolved["workload"]["decode_output_tokens"] == 12  # after --set
@@ -107,7 +118,8 @@ def test_same_scenario_and_seed_give_identical_bytes(
     out = tmp_path / "again"
     assert main(["run", str(run_dir / "scenario.yaml"), "--out", str(out), "--no-progress"]) == 0
     for folder in (same, out):
-        for name in ("summary.json", "tokens.csv", "steps.csv", "requests.csv"):
+        for name in ("summary.json", "vllm_results.json", "tokens.csv", "steps.csv",
+                     "requests.csv"):
             assert (folder / name).read_bytes() == (run_dir / name).read_bytes(), name
     assert (same / "env.json").read_bytes() != (run_dir / "env.json").read_bytes()
     printed = capsys.readouterr().out

@@ -16,6 +16,7 @@ from loopserve.errors import UserError
 from loopserve.outputs import env_info, files, records
 from loopserve.outputs.rundata import load_run
 from loopserve.outputs.trace import write_trace
+from loopserve.outputs.vllm_run import vllm_run_results
 from loopserve.report.page import write_run_report
 from loopserve.runs.loop import RunResult, execute
 from loopserve.runs.metrics import metric
@@ -67,6 +68,8 @@ def write_run(dest: Path, plan: Plan, runs: Sequence[RunResult], *, argv: list[s
         files.write_scenario(tmp / "scenario.yaml", scn)
         records.write_records(tmp, runs)
         files.write_json(tmp / "summary.json", build_summary(plan, runs))
+        files.write_json(tmp / "vllm_results.json",
+                         vllm_run_results(runs, plan.target, scn.slo))
         write_trace(tmp / "trace.json", runs, scn.arms, {plan.reference_point_id})
         timing = [{"arm": r.spec.arm, "point_id": r.spec.point_id, "repeat": r.spec.repeat,
                    "wall_s": round(r.records.wall_s, 6)} for r in runs]
