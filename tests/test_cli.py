@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+import gzip
 import json
 from pathlib import Path
 
@@ -14,7 +15,7 @@ from tests.scenario_fixtures import tiny, write_scenario
 
 EXPECTED_FILES = {
     "scenario.yaml", "env.json", "steps.csv", "requests.csv", "tokens.csv", "summary.json",
-    "vllm_results.json", "trace.json", "report.html", "timeline.png", "itl_cdf.png", "ttft.png",
+    "vllm_results.json", "trace.json.gz", "report.html", "timeline.png", "itl_cdf.png", "ttft.png",
 }
 METRIC_KEYS = {"ttft_ms", "tpot_ms", "itl_ms", "e2el_ms"}
 STATS = {"mean", "p50", "p90", "p99", "max"}
@@ -102,7 +103,8 @@ def test_resolved_scenario_and_env(run_dir: Path) -> None:
     assert env["device"]["target"] == "sim" and env["device"]["simulated_hardware"] == "h200"
     assert "--set" in env["command"] and env["versions"]["python"]
     assert len(env["runs_wall_s"]) == 6
-    trace = json.loads((run_dir / "trace.json").read_text())
+    trace = json.loads(gzip.decompress((run_dir / "trace.json.gz").read_bytes()))
+    assert trace["otherData"] == {"max_steps_per_run": 20_000, "truncated_runs": []}
     names = {e["args"]["name"] for e in trace["traceEvents"] if e["name"] == "process_name"}
     assert names == {"atomic · point 0", "per_depth · point 0", "mixed · point 0"}
 
@@ -119,7 +121,7 @@ def test_same_scenario_and_seed_give_identical_bytes(
     assert main(["run", str(run_dir / "scenario.yaml"), "--out", str(out), "--no-progress"]) == 0
     for folder in (same, out):
         for name in ("summary.json", "vllm_results.json", "tokens.csv", "steps.csv",
-                     "requests.csv"):
+                     "requests.csv", "trace.json.gz"):
             assert (folder / name).read_bytes() == (run_dir / name).read_bytes(), name
     assert (same / "env.json").read_bytes() != (run_dir / "env.json").read_bytes()
     printed = capsys.readouterr().out

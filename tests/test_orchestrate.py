@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import gzip
+import json
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from loopserve.outputs.trace import select_runs, trace_events
+from loopserve.outputs.trace import select_runs, trace_events, write_trace
 from loopserve.runs.loop import execute
 from loopserve.runs.plan import plan_runs
 from loopserve.runs.summary import build_summary, median_rows
@@ -102,21 +105,29 @@ def test_valid_runs_summary_matches_records(tmp_path: Path) -> None:
     assert summary["points"] == [{"point_id": 0, "values": {}}]
 
 
-def test_trace_selection_keeps_first_repeat_and_caps_the_rest(tmp_path: Path) -> None:
+def test_trace_caps_every_run_and_records_the_cap(tmp_path: Path) -> None:
     scn = load_scenario(write_scenario(tmp_path, tiny(repeats=3)))
     plan = plan_runs(scn, "sim")
     results = execute(plan, progress=False)
-    per_repeat = sum(len(r.records.steps) for r in results if r.spec.repeat == 0)
     assert len(select_runs(results, {0})) == 9
-    capped = select_runs(results, {0}, max_steps=2 * per_repeat)
-    assert sorted({r.spec.repeat for r in capped}) == [0, 1]
-    assert {r.spec.repeat for r in select_runs(results, {0}, max_steps=1)} == {0}
-    events = trace_events(results, scn.arms, {0}, max_steps=per_repeat)
+    events = trace_events(results, scn.arms, {0})
     steps = [e for e in events if e["ph"] == "X" and e.get("cat") != "ttft"]
-    assert len(steps) == per_repeat
+    assert len(steps) == sum(len(r.records.steps) for r in results)
     assert {e["name"] for e in steps} >= {"decode", "prefill", "mixed", "prompt", "coda"}
     ttft = [e for e in events if e.get("cat") == "ttft"]
-    assert len(ttft) == 3 and all(e["dur"] > 0 for e in ttft)
+    assert len(ttft) == 9 and all(e["dur"] > 0 for e in ttft)
+    capped = trace_events(results, scn.arms, {0}, max_steps_per_run=5)
+    per_track = Counter((e["pid"], e["tid"]) for e in capped
+                        if e["ph"] == "X" and e.get("cat") != "ttft")
+    assert len(per_track) == 9 and set(per_track.values()) == {5}  # every repeat capped
+    path = tmp_path / "trace.json.gz"
+    write_trace(path, results, scn.arms, {0}, max_steps_per_run=5)
+    doc = json.loads(gzip.decompress(path.read_bytes()))
+    assert doc["otherData"]["max_steps_per_run"] == 5
+    assert len(doc["otherData"]["truncated_runs"]) == 9
+    first = path.read_bytes()
+    write_trace(path, results, scn.arms, {0}, max_steps_per_run=5)
+    assert path.read_bytes() == first  # no name or mtime in the gzip header
 
 
 def test_unknown_target_is_a_user_error(tmp_path: Path) -> None:

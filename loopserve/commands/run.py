@@ -70,7 +70,7 @@ def write_run(dest: Path, plan: Plan, runs: Sequence[RunResult], *, argv: list[s
         files.write_json(tmp / "summary.json", build_summary(plan, runs))
         files.write_json(tmp / "vllm_results.json",
                          vllm_run_results(runs, plan.target, scn.slo))
-        write_trace(tmp / "trace.json", runs, scn.arms, {plan.reference_point_id})
+        write_trace(tmp / "trace.json.gz", runs, scn.arms, {plan.reference_point_id})
         timing = [{"arm": r.spec.arm, "point_id": r.spec.point_id, "repeat": r.spec.repeat,
                    "wall_s": round(r.records.wall_s, 6)} for r in runs]
         files.write_json(tmp / "env.json", env_info.collect(

@@ -1,14 +1,17 @@
-"""trace.json: a Chrome/Perfetto trace of a run's steps (open in ui.perfetto.dev).
+"""trace.json.gz: a gzip-compressed Chrome/Perfetto trace of a run's steps (open it in
+ui.perfetto.dev as it is).
 
 One process per (arm, point), one thread (track) per repeat; every step is a complete event
 named by its kind with its rows per kind in ``args``. Injected requests get an extra track
 per repeat with their TTFT span (arrival -> first token). Only the given points are exported
-(the CLI passes the reference point), and later repeats only while the total stays under
-``max_steps`` steps (the first repeat of every arm always), which keeps the file small.
+(the CLI passes the reference point), and every run (each repeat alike) keeps at most its
+first ``max_steps_per_run`` steps; the cap and the runs it cut are recorded in the trace's
+``otherData``. The gzip header has no name and mtime 0, so a rerun gives the same bytes.
 """
 
 from __future__ import annotations
 
+import gzip
 import json
 from collections.abc import Collection, Sequence
 from pathlib import Path
@@ -18,37 +21,23 @@ from loopserve.runs.loop import RunResult
 
 _US = 1e6
 _INJECTED_TID = 1000
-MAX_STEPS = 200_000
+MAX_STEPS_PER_RUN = 20_000
 
 
-def select_runs(
-    results: Sequence[RunResult], point_ids: Collection[int], max_steps: int = MAX_STEPS
-) -> list[RunResult]:
-    """Runs to export: the first repeat at ``point_ids``, then whole repeats while the total
-    stays within ``max_steps`` steps."""
-    by_repeat: dict[int, list[RunResult]] = {}
-    for r in results:
-        if r.spec.point_id in point_ids:
-            by_repeat.setdefault(r.spec.repeat, []).append(r)
-    out: list[RunResult] = []
-    used = 0
-    for i, repeat in enumerate(sorted(by_repeat)):
-        n = sum(len(r.records.steps) for r in by_repeat[repeat])
-        if i > 0 and used + n > max_steps:
-            break
-        out += by_repeat[repeat]
-        used += n
-    return out
+def select_runs(results: Sequence[RunResult], point_ids: Collection[int]) -> list[RunResult]:
+    """Runs to export: every run at ``point_ids``, in execution order."""
+    return [r for r in results if r.spec.point_id in point_ids]
 
 
 def trace_events(
     results: Sequence[RunResult], arms: Sequence[str], point_ids: Collection[int],
-    max_steps: int = MAX_STEPS,
+    max_steps_per_run: int = MAX_STEPS_PER_RUN,
 ) -> list[dict[str, Any]]:
-    """Trace events (microsecond timestamps) for the runs at ``point_ids``."""
+    """Trace events (microsecond timestamps) for the runs at ``point_ids``, each run's
+    first ``max_steps_per_run`` steps."""
     events: list[dict[str, Any]] = []
     named: set[tuple[int, int]] = set()
-    for r in select_runs(results, point_ids, max_steps):
+    for r in select_runs(results, point_ids):
         s = r.spec
         pid = s.point_id * len(arms) + arms.index(s.arm) + 1
         if (pid, -1) not in named:
@@ -57,7 +46,7 @@ def trace_events(
             events.append({"ph": "M", "name": "process_sort_index", "pid": pid, "tid": 0,
                            "args": {"sort_index": pid}})
         events.append(_meta("thread_name", pid, s.repeat, f"repeat {s.repeat} steps"))
-        for st in r.records.steps:
+        for st in r.records.steps[:max_steps_per_run]:
             events.append({
                 "ph": "X", "name": st.kind, "cat": st.stage, "pid": pid, "tid": s.repeat,
                 "ts": st.start_s * _US, "dur": (st.end_s - st.start_s) * _US,
@@ -85,10 +74,20 @@ def trace_events(
 
 
 def write_trace(
-    path: Path, results: Sequence[RunResult], arms: Sequence[str], point_ids: Collection[int]
+    path: Path, results: Sequence[RunResult], arms: Sequence[str], point_ids: Collection[int],
+    max_steps_per_run: int = MAX_STEPS_PER_RUN,
 ) -> None:
-    doc = {"traceEvents": trace_events(results, arms, point_ids), "displayTimeUnit": "ms"}
-    path.write_text(json.dumps(doc, separators=(",", ":")) + "\n")
+    """Write trace.json.gz (module docstring)."""
+    cut = [{"arm": r.spec.arm, "point_id": r.spec.point_id, "repeat": r.spec.repeat,
+            "num_steps": len(r.records.steps)}
+           for r in select_runs(results, point_ids) if len(r.records.steps) > max_steps_per_run]
+    doc = {"traceEvents": trace_events(results, arms, point_ids, max_steps_per_run),
+           "displayTimeUnit": "ms",
+           "otherData": {"max_steps_per_run": max_steps_per_run, "truncated_runs": cut}}
+    data = (json.dumps(doc, separators=(",", ":")) + "\n").encode()
+    with path.open("wb") as raw, gzip.GzipFile(filename="", mode="wb", fileobj=raw,
+                                                mtime=0) as gz:
+        gz.write(data)
 
 
 def _meta(name: str, pid: int, tid: int, label: str) -> dict[str, Any]:
