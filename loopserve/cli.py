@@ -14,6 +14,7 @@ from collections.abc import Sequence
 
 from loopserve.commands import bench_serve, calibrate, e2e, fidelity, report, run, serve
 from loopserve.errors import UserError
+from loopserve.interrupts import Interrupted
 
 EXIT_USAGE = 2
 
@@ -37,8 +38,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     except UserError as err:
         print(f"loopserve: error: {err}", file=sys.stderr)
         return EXIT_USAGE
+    except Interrupted as sig:
+        print(f"loopserve: interrupted by {sig}; nothing written", file=sys.stderr)
+        return sig.exit_status
     except KeyboardInterrupt:
-        print("loopserve: interrupted; nothing written", file=sys.stderr)
+        print("loopserve: interrupted by SIGINT; nothing written", file=sys.stderr)
         return 130
 
 

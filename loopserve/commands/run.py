@@ -8,10 +8,12 @@ interrupted run leaves nothing behind.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import time
 from collections.abc import Sequence
 from pathlib import Path
 
+from loopserve import interrupts
 from loopserve.errors import UserError
 from loopserve.outputs import env_info, files, records
 from loopserve.outputs.rundata import load_run
@@ -45,7 +47,13 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
 
 
 def main(args: argparse.Namespace, argv: list[str]) -> int:
-    """Plan, execute, write; UserError on bad input (exit 2 by the CLI)."""
+    """Plan, execute, write; UserError on bad input (exit 2 by the CLI). SIGINT and SIGTERM
+    end it with nothing written (``loopserve.interrupts``: deferred while runs execute)."""
+    with interrupts.immediate():
+        return _main(args, argv)
+
+
+def _main(args: argparse.Namespace, argv: list[str]) -> int:
     started = time.time()
     scn = load_scenario(args.scenario, args.sets)
     if args.require_sweep and not scn.is_sweep:
@@ -53,7 +61,10 @@ def main(args: argparse.Namespace, argv: list[str]) -> int:
                         "(or use `loopserve run`)")
     plan = plan_runs(scn, args.target)
     dest = files.run_destination(args.out, RESULTS_ROOT / scn.name, args.target)
-    results = execute(plan, progress=not args.no_progress)
+    # Deferred on the simulator only: its compiled driver must not see KeyboardInterrupt; the
+    # real engine's loop is Python and stops at once.
+    with interrupts.deferred() if plan.target == "sim" else contextlib.nullcontext():
+        results = execute(plan, progress=not args.no_progress)
     report = write_run(dest, plan, results, argv=argv, started_s=started)
     print(medians_table(dest, plan.reference_point_id, len(plan.points)))
     print(f"report: {report}")

@@ -10,6 +10,7 @@ import csv
 import json
 import os
 import shutil
+import sys
 import tempfile
 import time
 from collections.abc import Iterable, Iterator, Sequence
@@ -72,7 +73,8 @@ def staged_dir(dest: Path) -> Iterator[Path]:
         parent = parent.parent
     for folder in reversed(created):
         folder.mkdir()
-    tmp = Path(tempfile.mkdtemp(prefix=f".{dest.name}.partial-", dir=dest.parent))
+    remove_leftovers(dest.parent)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{dest.name}.partial-{os.getpid()}-", dir=dest.parent))
     try:
         yield tmp
         umask = os.umask(0)
@@ -87,6 +89,32 @@ def staged_dir(dest: Path) -> Iterator[Path]:
             if folder.exists() and not any(folder.iterdir()):
                 folder.rmdir()
         raise
+
+
+def remove_leftovers(parent: Path) -> None:
+    """Remove staging folders in ``parent`` left by a killed process (SIGKILL leaves no
+    chance to clean up): their name carries the writer's pid, no longer alive. Each is
+    reported on one stderr line; one of unknown origin is reported and kept."""
+    for path in parent.glob(".*.partial-*"):
+        if not path.is_dir():
+            continue
+        pid = path.name.rsplit(".partial-", 1)[1].split("-")[0]
+        if pid.isdigit() and not _alive(int(pid)):
+            shutil.rmtree(path, ignore_errors=True)
+            print(f"loopserve: removed {path}, left by killed process {pid}", file=sys.stderr)
+        elif not pid.isdigit():
+            print(f"loopserve: note: {path} is a leftover staging folder; delete it",
+                  file=sys.stderr)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 def write_csv(path: Path, columns: Sequence[str], rows: Iterable[Sequence[Any]]) -> None:

@@ -12,6 +12,7 @@ from typing import TypeVar
 from tqdm import tqdm
 
 from engine.core.records import RunRecords
+from loopserve import interrupts
 from loopserve.errors import UserError
 from loopserve.runs.metrics import Metrics, summarize
 from loopserve.runs.plan import Plan, run_source
@@ -79,8 +80,10 @@ def each_run(plan: Plan, run_one: Callable[[SweepPoint, RunSpec], T], *,
     with tqdm(plan.runs, desc=f"{plan.scenario.name} [{world or plan.target}]", unit="run",
               file=sys.stderr, disable=not progress, leave=False) as bar:
         for spec in bar:
+            interrupts.check()
             bar.set_postfix_str(f"{spec.arm} p{spec.point_id} r{spec.repeat}", refresh=False)
             out.append(one(spec))
+    interrupts.check()
     return out
 
 

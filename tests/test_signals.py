@@ -1,0 +1,100 @@
+"""SIGINT and SIGTERM during simulation, measurement and writing: exit 130 / 143, one line,
+nothing written (issue 13 defects 2 and 3); a staging folder left by a SIGKILLed process is
+removed by the next run into the same parent."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from loopserve.cli import main
+from loopserve.outputs import records
+from tests.scenario_fixtures import tiny, write_scenario
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def _start(tmp_path: Path, *args: str) -> subprocess.Popen[str]:
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    return subprocess.Popen(
+        [sys.executable, "-m", "loopserve", "run", *args, "--no-progress",
+         "--out", str(tmp_path / "out")],
+        cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def _interrupt(proc: subprocess.Popen[str], signum: int, delay_s: float) -> tuple[int, str]:
+    time.sleep(delay_s)
+    assert proc.poll() is None, "the command ended before the signal"
+    proc.send_signal(signum)
+    _, err = proc.communicate(timeout=120)
+    return proc.returncode, err
+
+
+def _assert_clean_exit(rc: int, err: str, signum: int, tmp_path: Path) -> None:
+    lines = [line for line in err.splitlines() if line.strip()]
+    name = signal.Signals(signum).name
+    assert rc == 128 + signum, err
+    assert lines == [f"loopserve: interrupted by {name}; nothing written"], err
+    assert list(tmp_path.iterdir()) == []  # no run folder, no staging folder
+
+
+@pytest.mark.parametrize("delay_s", [1.0, 3.0, 5.0])
+def test_sigint_during_the_compiled_simulation_exits_130(tmp_path: Path, delay_s: float) -> None:
+    proc = _start(tmp_path, "scenarios/interference.yaml")
+    rc, err = _interrupt(proc, signal.SIGINT, delay_s)
+    assert rc != -signal.SIGABRT and "fatal" not in err
+    _assert_clean_exit(rc, err, signal.SIGINT, tmp_path)
+
+
+def test_sigterm_during_the_simulation_exits_143(tmp_path: Path) -> None:
+    proc = _start(tmp_path, "scenarios/interference.yaml")
+    rc, err = _interrupt(proc, signal.SIGTERM, 2.5)
+    _assert_clean_exit(rc, err, signal.SIGTERM, tmp_path)
+
+
+def test_sigterm_during_cpu_measurement_exits_143(tmp_path: Path) -> None:
+    proc = _start(tmp_path, "scenarios/interference-cpu-short.yaml", "--target", "cpu")
+    rc, err = _interrupt(proc, signal.SIGTERM, 8.0)  # torch loaded, measuring
+    _assert_clean_exit(rc, err, signal.SIGTERM, tmp_path)
+
+
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
+def test_a_signal_while_writing_leaves_no_partial_folder(
+    tmp_path: Path, tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str], signum: int,
+) -> None:
+    real = records.write_records
+
+    def write_then_signal(folder: Path, runs: object) -> None:
+        real(folder, runs)  # type: ignore[arg-type]
+        assert any(folder.iterdir())  # the staging folder holds files now
+        os.kill(os.getpid(), signum)
+
+    monkeypatch.setattr(records, "write_records", write_then_signal)
+    scenario = write_scenario(tmp_path_factory.mktemp("in"), tiny())
+    rc = main(["run", str(scenario), "--no-progress", "--out", str(tmp_path / "out")])
+    _assert_clean_exit(rc, capsys.readouterr().err, signum, tmp_path)
+
+
+def test_a_partial_folder_of_a_killed_process_is_removed(
+    tmp_path: Path, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    scenario = write_scenario(tmp_path_factory.mktemp("in"), tiny())
+    leftover = tmp_path / ".old-run.partial-99999999-abc"  # no such pid
+    leftover.mkdir()
+    (leftover / "steps.csv").write_text("x\n")
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    done = subprocess.run(
+        [sys.executable, "-m", "loopserve", "run", str(scenario), "--no-progress",
+         "--out", str(tmp_path / "out")],
+        cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert not leftover.exists()
+    assert f"removed {leftover}, left by killed process 99999999" in done.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out"]
