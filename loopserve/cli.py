@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Sequence
+from typing import NoReturn
 
 from loopserve.commands import bench_serve, calibrate, e2e, fidelity, report, run, serve
 from loopserve.errors import UserError
@@ -19,8 +20,15 @@ from loopserve.interrupts import Interrupted
 EXIT_USAGE = 2
 
 
+class _Parser(argparse.ArgumentParser):
+    """Usage errors in the one-line form of every other bad input (exit 2)."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(EXIT_USAGE, f"loopserve: error: {' '.join(message.split())}; see --help\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
+    p = _Parser(
         prog="loopserve",
         description="Serving engine and simulator for looped language models.",
     )

@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from loopserve.outputs.files import atomic_write
+from loopserve.outputs.files import atomic_write, check_writable
 from loopserve.outputs.rundata import RunData, load_run
 from loopserve.report.page import make_figures, render_html
 
@@ -22,6 +22,8 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
 def main(args: argparse.Namespace, argv: list[str]) -> int:
     """Load every run folder, render the figures and the page; UserError on a bad folder."""
     run_dirs: list[str] = args.run_dirs
+    if args.out:
+        check_writable(Path(args.out), "--out")
     runs: list[RunData] = []
     for d in run_dirs:
         run = load_run(d)

@@ -41,8 +41,25 @@ def run_destination(out: str | None, parent: Path, label: str) -> Path:
         dest = Path(out)
         if dest.exists() and (not dest.is_dir() or any(dest.iterdir())):
             raise UserError("--out", f"{dest} exists and is not an empty folder; pick a new one")
+        check_writable(dest, "--out")
         return dest
+    check_writable(parent, "results")
     return parent / new_run_id(label, parent)
+
+
+def check_writable(dest: Path, field: str) -> None:
+    """Before any work: the nearest existing folder above ``dest`` must be a folder this
+    process can create files in (tried, not guessed from permission bits)."""
+    base = dest.parent if not dest.exists() else dest
+    while not base.exists():
+        base = base.parent
+    if not base.is_dir():
+        raise UserError(field, f"cannot create {dest}: {base} is a file, not a folder")
+    try:
+        tempfile.TemporaryDirectory(prefix=".loopserve-probe-", dir=base).cleanup()
+    except OSError as err:
+        raise UserError(field, f"cannot write under {base} ({err.strerror}); pick another "
+                        "folder") from None
 
 
 def atomic_write(path: Path, text: str) -> None:

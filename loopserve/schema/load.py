@@ -25,13 +25,34 @@ _PATH_FIELDS = (("model",), ("cost", "profile"), ("workload", "path"))
 _SCALAR_TAGS = ("bool", "int", "float", "str")
 
 
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """SafeLoader that rejects a key given twice in one mapping (the last one would win)."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        seen: set[Any] = set()
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=deep)  # type: ignore[no-untyped-call]
+            if key in seen:
+                raise yaml.constructor.ConstructorError(
+                    None, None, f"duplicate key {key!r}", key_node.start_mark)
+            seen.add(key)
+        return super().construct_mapping(node, deep=deep)
+
+
 def read_yaml(path: str | Path) -> dict[str, Any]:
     """The scenario file as a mapping; missing files and YAML syntax errors are UserErrors."""
     p = Path(path)
+    if p.is_dir():
+        raise UserError("scenario", f"{p} is a folder; give a scenario YAML file")
     if not p.is_file():
         raise UserError("scenario", f"{p}: no such file")
     try:
-        data = yaml.safe_load(p.read_text())
+        data = yaml.load(p.read_text(encoding="utf-8"), Loader=_UniqueKeyLoader)  # noqa: S506
+    except UnicodeDecodeError as err:
+        raise UserError("scenario", f"{p}: not UTF-8 text (byte {err.start}); give a YAML "
+                        "file") from None
+    except OSError as err:
+        raise UserError("scenario", f"{p}: cannot read ({err.strerror})") from None
     except yaml.YAMLError as err:
         mark = getattr(err, "problem_mark", None)
         where = f"{p}:{mark.line + 1}:{mark.column + 1}" if mark else str(p)
