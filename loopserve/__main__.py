@@ -3,7 +3,7 @@ take a second or more, ends it with the same one line as one during the work).""
 
 import sys
 
-from loopserve import interrupts
+from loopserve.runs import interrupts
 
 try:
     with interrupts.immediate():

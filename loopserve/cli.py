@@ -15,7 +15,7 @@ from typing import NoReturn
 
 from loopserve.commands import bench_serve, calibrate, e2e, fidelity, report, run, serve
 from loopserve.errors import UserError
-from loopserve.interrupts import Interrupted
+from loopserve.runs.interrupts import Interrupted
 
 EXIT_USAGE = 2
 

@@ -13,13 +13,13 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from loopserve import interrupts
 from loopserve.errors import UserError
 from loopserve.outputs import env_info, files, records
 from loopserve.outputs.rundata import load_run
 from loopserve.outputs.trace import write_trace
 from loopserve.outputs.vllm_run import vllm_run_results
 from loopserve.report.page import write_run_report
+from loopserve.runs import interrupts
 from loopserve.runs.loop import RunResult, execute
 from loopserve.runs.metrics import metric
 from loopserve.runs.plan import TARGETS, Plan, plan_runs
@@ -48,7 +48,7 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
 
 def main(args: argparse.Namespace, argv: list[str]) -> int:
     """Plan, execute, write; UserError on bad input (exit 2 by the CLI). SIGINT and SIGTERM
-    end it with nothing written (``loopserve.interrupts``: deferred while runs execute)."""
+    end it with nothing written (``loopserve.runs.interrupts``: deferred while runs execute)."""
     with interrupts.immediate():
         return _main(args, argv)
 

@@ -12,8 +12,8 @@ from typing import TypeVar
 from tqdm import tqdm
 
 from engine.core.records import RunRecords
-from loopserve import interrupts
 from loopserve.errors import UserError
+from loopserve.runs import interrupts
 from loopserve.runs.metrics import Metrics, summarize
 from loopserve.runs.plan import Plan, run_source
 from loopserve.runs.sweep import SweepPoint
