@@ -65,7 +65,7 @@ def test_dry_run_runs_every_stage_and_passes(dry_run: tuple[subprocess.Completed
     results = json.loads((out / "gpu_check.json").read_text())
     stages = {s["name"]: s for s in results["stages"]}
     assert list(stages) == STAGE_NAMES
-    for name in ("wheels", "env", "ceilings", "pytest", "core", "runs"):
+    for name in ("wheels", "env", "ceilings", "kernel", "pytest", "core", "runs", "divergence"):
         assert stages[name]["status"] == "ok", stages[name]
     assert stages["calibrate"]["status"] == "ok", stages["calibrate"]
     assert (stages["fidelity"]["status"], stages["fidelity"]["detail"]) == (
@@ -87,9 +87,31 @@ def test_dry_run_measures_through_the_same_code_path(
     assert core["model"] == "tiny" and core["bandwidth_source"] == "measured"
     assert core["copy_bytes_per_s"] == pytest.approx(ceil["copy"]["bytes_per_s"])
     assert core["floor_s"] == pytest.approx(core["stack_bytes"] / core["copy_bytes_per_s"])
-    assert [r["rows"] for r in core["model_core"]] == [1, 8, 32]
+    # torch and triton (the interpreter) at 1/8/32 decode rows and 8 beside a prompt chunk.
+    assert [(r["backend"], r["label"]) for r in core["model_core"]] == [
+        (b, lab) for b in ("torch", "triton") for lab in ("1", "8", "32", "8+8")]
     assert [r["rows"] for r in core["runner"]] == [1, 8, 32]
     assert all(r["median_s"] > 0 for r in core["model_core"] + core["runner"])
+    # Fixed-depth decode steps read nothing back (RFC §4), counted by the runner.
+    assert all(r["readbacks_per_step"] == [0] for r in core["runner"])
+
+
+def test_dry_run_checks_the_kernel_and_reports_divergence(
+    dry_run: tuple[subprocess.CompletedProcess[str], Path],
+) -> None:
+    _, out = dry_run
+    results = json.loads((out / "gpu_check.json").read_text())
+    kernel = results["kernel"]
+    assert [s["kind"] for s in kernel["shapes"]] == ["decode", "prompt", "mixed"]
+    for s in kernel["shapes"]:
+        assert s["ok"] and s["errors"]["triton_rel"] <= kernel["tolerance"]
+        assert s["times_s"]["triton"] > 0 and s["floor_s"] > 0
+    div = results["divergence"]
+    assert [p["pair"] for p in div["pairs"]] == [
+        "mixed vs per_depth", "mixed vs atomic", "per_depth vs atomic"]
+    assert len(div["exit_depths_seen"]) > 1  # exits vary, so depths are compared too
+    table = (out / "summary.txt").read_text()
+    assert "kernel mixed" in table and "divergence mixed vs atomic" in table
 
 
 def test_dry_run_outputs_fit_the_device_limits(
@@ -260,3 +282,16 @@ def test_fidelity_runs_against_the_profile_calibrate_just_measured(tmp_path: Pat
         names = tar.getnames()
     assert "fidelity/fidelity.json" in names and "fidelity/report.html" in names
     assert not gpu_outputs.limit_problems(out)
+
+
+def test_divergence_pairs_name_the_first_token_and_depth_that_differ() -> None:
+    from tools.gpu.divergence import compare
+
+    a = [([1, 2, 3, 4], [4, 4, 2, 1]), ([5, 6], [4, 4])]
+    b = [([1, 2, 9, 4], [4, 4, 2, 3]), ([5, 6], [4, 4])]
+    res = compare("mixed", a, "atomic", b)
+    assert res["requests_differing"] == 1
+    assert res["first"] == {"request": 0, "output_index": 2, "what": "token 3 vs 9"}
+    assert res["first_depth"] == {"request": 0, "output_index": 3}
+    assert res["matched_fraction"] == 4 / 6
+    assert compare("a", a, "b", a)["first"] is None

@@ -70,6 +70,7 @@ class Check:
         env = dict(os.environ, PYTHONUNBUFFERED="1", MPLBACKEND="Agg")
         if self.dry:  # tiny model: threads only add contention noise on a shared CPU
             env.setdefault("OMP_NUM_THREADS", "1")
+            env.setdefault("TRITON_INTERPRET", "1")  # triton kernels in the CPU interpreter
         paths = [*self.extra_path, str(REPO)]
         if env.get("PYTHONPATH"):
             paths.append(env["PYTHONPATH"])

@@ -8,6 +8,8 @@ from __future__ import annotations
 import math
 import statistics
 import time
+import warnings
+from collections.abc import Callable
 from functools import partial
 from typing import Any
 
@@ -17,7 +19,8 @@ from engine.core import EngineCore, SamplingParams
 from engine.core.request import Stage
 from engine.llm import build_runner, make_engine_config
 from engine.model import empty_model, get_preset, init_random_weights
-from kernels.attention import AttentionMetadata, get_backend
+from kernels.attention import AttentionBackend, AttentionShape, available_backends, get_backend
+from kernels.attention.cases import make_case
 from tools.gpu.sizes import NOMINAL_COPY_BPS, Sizes
 from tools.gpu.timing import log, stats, time_repeats, timed_once, timer_name
 
@@ -34,44 +37,61 @@ def stack_bytes(model: Any) -> int:
     return sum(p.numel() * p.element_size() for m in mods for p in m.parameters())
 
 
+def core_shapes(sizes: Sizes) -> list[tuple[int, int]]:
+    """(decode rows, prompt rows) of the model-level calls: decode-only at every row count,
+    then 8 decode rows beside one prompt chunk (A2's mixed call)."""
+    return [(n, 0) for n in sizes.rows] + [(8, sizes.mixed_prompt)]
+
+
+def attention_backends(shape: AttentionShape) -> dict[str, AttentionBackend]:
+    """torch, and triton where it runs (CUDA, or the interpreter in the dry run)."""
+    return {name: get_backend(name, shape) for name in available_backends()
+            if name in ("torch", "triton")}
+
+
 def time_model_core(model: Any, device: torch.device, sizes: Sizes) -> list[dict[str, Any]]:
-    """``model.recurrent`` over N decode rows, each at ``sizes.context`` KV positions."""
+    """``model.recurrent`` over each shape of ``core_shapes`` (every sequence at
+    ``sizes.context`` KV positions), with every attention backend; per-layer caches of their
+    own, so no layer reads another's KV from L2."""
     cfg = model.config
-    bs = 16
-    per_seq = math.ceil(sizes.context / bs)
-    max_rows = max(sizes.rows)
-    dims = (max_rows * per_seq, bs, cfg.num_key_value_heads, cfg.head_dim)
     dtype = next(model.parameters()).dtype
-    kv = [(torch.randn(dims, device=device, dtype=dtype),
-           torch.randn(dims, device=device, dtype=dtype)) for _ in range(cfg.num_hidden_layers)]
-    backend = get_backend("torch")
+    shape = AttentionShape(cfg.num_attention_heads, cfg.num_key_value_heads, cfg.head_dim, dtype)
     out = []
-    for n in sizes.rows:
-        tables = torch.arange(n * per_seq, device=device).view(n, per_seq)
-        last = sizes.context - 1
-        meta = AttentionMetadata(
-            slot_mapping=tables[:, last // bs] * bs + last % bs,
-            block_tables=tables,
-            context_lens=torch.full((n,), sizes.context, device=device),
-            query_start_loc=torch.arange(n + 1, device=device),
-            block_size=bs, num_decode_seqs=n,
-            context_lens_host=(sizes.context,) * n, query_lens_host=(1,) * n,
-        )
-        hidden = torch.randn(n, cfg.hidden_size, device=device, dtype=dtype)
-        positions = torch.full((n,), last, device=device)
+    for backend_name, backend in attention_backends(shape).items():
+        for decode, prompt in core_shapes(sizes):
+            case = make_case([sizes.context] * decode,
+                             [(sizes.context, prompt)] if prompt else [],
+                             num_heads=shape.num_heads, num_kv_heads=shape.num_kv_heads,
+                             head_dim=shape.head_dim, block_size=16, dtype=dtype, device=device)
+            dims = case.k_cache.shape
+            kv = [(torch.randn(dims, device=device, dtype=dtype),
+                   torch.randn(dims, device=device, dtype=dtype))
+                  for _ in range(cfg.num_hidden_layers)]
+            meta = case.meta
+            rows = meta.num_rows
+            hidden = torch.randn(rows, cfg.hidden_size, device=device, dtype=dtype)
+            positions = torch.tensor(
+                [sizes.context - 1] * decode + list(range(sizes.context - prompt, sizes.context)),
+                device=device)
 
-        def call(meta: Any = meta, hidden: torch.Tensor = hidden,
-                 positions: torch.Tensor = positions) -> torch.Tensor:
-            backend.prepare(meta)
-            y: torch.Tensor = model.recurrent(hidden, positions, kv, meta, backend)
-            return y
+            def call(meta: Any = meta, hidden: torch.Tensor = hidden, kv: Any = kv,
+                     positions: torch.Tensor = positions, backend: Any = backend
+                     ) -> torch.Tensor:
+                backend.prepare(meta)
+                y: torch.Tensor = model.recurrent(hidden, positions, kv, meta, backend)
+                return y
 
-        with torch.inference_mode():
-            samples = time_repeats(call, device, warmup=sizes.warmup, repeats=sizes.repeats)
-            if not torch.isfinite(call()).all():
-                raise RuntimeError(f"core call at {n} rows: non-finite output")
-        out.append({"rows": n, "context": sizes.context, **stats(samples)})
-        log(f"model core call, {n:2d} rows: {out[-1]['median_s'] * 1e3:.3f} ms")
+            with torch.inference_mode():
+                samples = time_repeats(call, device, warmup=sizes.warmup, repeats=sizes.repeats)
+                if not torch.isfinite(call()).all():
+                    raise RuntimeError(f"core call at {decode}+{prompt} rows ({backend_name}): "
+                                       "non-finite output")
+            label = f"{decode}" + (f"+{prompt}" if prompt else "")
+            out.append({"backend": backend_name, "rows": decode, "prompt_rows": prompt,
+                        "label": label, "context": sizes.context, **stats(samples)})
+            log(f"model core call, {label:>6} rows, {backend_name:<6}: "
+                f"{out[-1]['median_s'] * 1e3:.3f} ms")
+            del kv
     return out
 
 
@@ -102,6 +122,8 @@ def time_runner_steps(model: Any, device: torch.device, sizes: Sizes) -> list[di
             core.add_request(f"r{i}", ids, params, 0.0)
         samples: list[float] = []
         prepare: list[float] = []
+        readbacks: list[int] = []
+        syncs: list[tuple[int | None, int]] = []  # (syncs torch reported, readbacks) per step
         seen = 0
         now = 0.0
         while core.has_work() and len(samples) < sizes.repeats:
@@ -116,6 +138,10 @@ def time_runner_steps(model: Any, device: torch.device, sizes: Sizes) -> list[di
                 (step_s,), result = timed_once(partial(runner.execute, batch), device)
                 samples.append(step_s)
                 prepare.append(runner.last_prepare_s)
+                readbacks.append(runner.readbacks.last_step)
+            elif timed:  # warm-up: also count the host syncs torch sees (CUDA)
+                result, n_sync = count_syncs(partial(runner.execute, batch), device)
+                syncs.append((n_sync, runner.readbacks.last_step))
             else:
                 result = runner.execute(batch)
             now += 1.0
@@ -124,10 +150,29 @@ def time_runner_steps(model: Any, device: torch.device, sizes: Sizes) -> list[di
         if len(samples) < max(1, sizes.repeats // 2):
             raise RuntimeError(f"runner timing: only {len(samples)} {n}-row decode steps formed")
         out.append({"rows": n, "context": prompt, **stats(samples),
-                    "prepare_median_s": statistics.median(prepare)})
-        log(f"runner RECURRENT step, {n:2d} rows: {out[-1]['median_s'] * 1e3:.3f} ms "
-            f"(host prepare {out[-1]['prepare_median_s'] * 1e3:.3f} ms)")
+                    "prepare_median_s": statistics.median(prepare),
+                    "backend": runner.backend.name, "readbacks_per_step": sorted(set(readbacks)),
+                    "syncs_and_readbacks": syncs})
+        log(f"runner RECURRENT step, {n:2d} rows ({runner.backend.name}): "
+            f"{out[-1]['median_s'] * 1e3:.3f} ms (host prepare "
+            f"{out[-1]['prepare_median_s'] * 1e3:.3f} ms; readbacks per step "
+            f"{out[-1]['readbacks_per_step']}; warm-up syncs/readbacks {syncs})")
     return out
+
+
+def count_syncs(fn: Callable[[], Any], device: torch.device) -> tuple[Any, int | None]:
+    """``fn()`` and how many host synchronisations torch's sync debug mode reported in it
+    (None off CUDA): the runner's readback count says the same, or a sync is hidden."""
+    if device.type != "cuda":
+        return fn(), None
+    torch.cuda.set_sync_debug_mode("warn")
+    try:
+        with warnings.catch_warnings(record=True) as seen:
+            warnings.simplefilter("always")
+            result = fn()
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
+    return result, sum("synchroniz" in str(w.message) for w in seen)
 
 
 def core(device: torch.device, sizes: Sizes, copy_bps: float | None) -> dict[str, Any]:

@@ -3,7 +3,9 @@ process so a hang or a CUDA error cannot take the whole check down.
 
 - ``env``: device facts (GPU name, memory, driver, torch/triton/python versions).
 - ``ceilings``: device-to-device copy bandwidth (bytes read + written) and a bf16 matmul.
-- ``core``: recurrent core call time at 1/8/32 decode rows (``tools.gpu.core``).
+- ``core``: recurrent core call time at 1/8/32 decode rows and 8 + a prompt chunk, torch and
+  triton attention, and the runner's steps with their readbacks (``tools.gpu.core``).
+- ``divergence``: bf16 greedy A2 against A1 and A0 under load (``tools.gpu.divergence``).
 
 On CUDA everything is timed with CUDA events after warm-up; on CPU (the dry run) the same code
 runs with tiny sizes and ``time.perf_counter``. Inputs are random, never zeros. Each
@@ -21,13 +23,14 @@ import torch
 
 from tools.gpu.ceilings import ceilings
 from tools.gpu.core import core
+from tools.gpu.divergence import divergence
 from tools.gpu.facts import env_info
 from tools.gpu.sizes import SIZES
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description="gpu-check measurements (one stage per call)")
-    ap.add_argument("what", choices=("env", "ceilings", "core"))
+    ap.add_argument("what", choices=("env", "ceilings", "core", "divergence"))
     ap.add_argument("--device", choices=("cuda", "cpu"), required=True)
     ap.add_argument("--json", type=Path, required=True, help="where to write the result")
     ap.add_argument("--copy-bps", type=float, default=None,
@@ -42,6 +45,8 @@ def main(argv: list[str] | None = None) -> int:
         result = env_info(device)
     elif args.what == "ceilings":
         result = ceilings(device, sizes)
+    elif args.what == "divergence":
+        result = divergence(device, sizes)
     else:
         result = core(device, sizes, args.copy_bps)
     args.json.write_text(json.dumps(result, indent=2, default=str) + "\n")

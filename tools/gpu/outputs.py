@@ -158,14 +158,32 @@ def final_table(results: dict[str, Any]) -> str:
         f"{_fmt(core.get('copy_bytes_per_s'), '.3f', 1e-12)} TB/s "
         f"({core.get('bandwidth_source', 'n/a')})"
     )
-    lines.append(f"  {'rows':>4}  {'model ms':>9} {'x floor':>8}  {'runner ms':>9} {'x floor':>8}")
-    model_rows = {r["rows"]: r for r in core.get("model_core") or []}
-    runner_rows = {r["rows"]: r for r in core.get("runner") or []}
-    for n in sorted(set(model_rows) | set(runner_rows)) or [1, 8, 32]:
-        m = (model_rows.get(n) or {}).get("median_s")
-        r = (runner_rows.get(n) or {}).get("median_s")
-        lines.append(f"  {n:>4}  {_fmt(m, '.3f', 1e3):>9} {_ratio(m, floor):>8}  "
-                     f"{_fmt(r, '.3f', 1e3):>9} {_ratio(r, floor):>8}")
+    lines.append(f"  {'rows':>6}  {'torch ms':>9} {'x floor':>8}  {'triton ms':>9} "
+                 f"{'x floor':>8}  {'runner ms':>9} {'x floor':>8}  readbacks")
+    model = {(r.get("backend", "torch"), r.get("label", str(r["rows"]))): r
+             for r in core.get("model_core") or []}
+    runner_rows = {str(r["rows"]): r for r in core.get("runner") or []}
+    labels = list(dict.fromkeys([lab for _, lab in model] + list(runner_rows))) or [
+        "1", "8", "32"]
+    for lab in labels:
+        t = (model.get(("torch", lab)) or {}).get("median_s")
+        k = (model.get(("triton", lab)) or {}).get("median_s")
+        run = runner_rows.get(lab) or {}
+        r = run.get("median_s")
+        lines.append(f"  {lab:>6}  {_fmt(t, '.3f', 1e3):>9} {_ratio(t, floor):>8}  "
+                     f"{_fmt(k, '.3f', 1e3):>9} {_ratio(k, floor):>8}  "
+                     f"{_fmt(r, '.3f', 1e3):>9} {_ratio(r, floor):>8}  "
+                     f"{run.get('readbacks_per_step', '')}")
+    kernel = results.get("kernel") or {}
+    for sh in kernel.get("shapes") or []:
+        lines.append(f"kernel {sh['kind']:<6} {sh['shape']:<20} triton/floor "
+                     f"{sh['triton_over_floor']:.2f} triton/torch best "
+                     f"{sh['triton_over_torch_best']:.2f} rel err {sh['errors']['triton_rel']:.1e}")
+    for p in (results.get("divergence") or {}).get("pairs") or []:
+        first, depth = p.get("first"), p.get("first_depth")
+        lines.append(f"divergence {p['pair']:<20} {p['requests_differing']} differ; first "
+                     + (f"output {first['output_index']} ({first['what']})" if first else "none")
+                     + "; first depth " + (f"output {depth['output_index']}" if depth else "none"))
     ratios = results.get("ratios") or {}
     real, sim = ratios.get("measured") or {}, ratios.get("simulated") or {}
     label = "measured (cuda)" if not dry else "measured (cpu)"

@@ -53,7 +53,12 @@ def runs(c: Check, cap: float) -> str:
         missing = _NOT_LANDED.search(proc.output)
         if proc.rc == 0 and run_dir is not None:
             dirs[name] = run_dir
-            notes.append(f"{name} ok")
+            env = json.loads((run_dir / "env.json").read_text()) if (
+                run_dir / "env.json").is_file() else {}
+            backend = (env.get("runner") or {}).get("attention_backend")
+            notes.append(f"{name} ok" + (f" ({backend} attention)" if backend else ""))
+            if backend:
+                c.results["runs_attention_backend"] = backend
         elif missing:
             notes.append(f"{name}: {missing.group(1)} not available in this commit")
         else:

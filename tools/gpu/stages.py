@@ -10,7 +10,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from tools.gpu.context import Check
-from tools.gpu.device_stages import ceilings, core, pytest
+from tools.gpu.device_stages import ceilings, core, divergence, kernel, pytest
 from tools.gpu.project_stages import calibrate, fidelity, runs
 from tools.gpu.setup_stages import env, install_wheels
 
@@ -34,9 +34,11 @@ STAGES = (
     StageSpec("wheels", 60, 60, 5),
     StageSpec("env", 45, 45, 5),
     StageSpec("ceilings", 60, 45, 10),
+    StageSpec("kernel", 100, 60, 15),
     StageSpec("pytest", 120, 90, 20),
     StageSpec("core", 90, 60, 20),
     StageSpec("runs", 240, 120, 60),
+    StageSpec("divergence", 120, 45, 20),
     StageSpec("calibrate", 120, 60, 20),
     # Needs the calibrate stage's profile, and its own budget on a GPU: a second call,
     # `--only calibrate,fidelity --budget-s 400` (docs/gpu.md).
@@ -44,6 +46,7 @@ STAGES = (
 )
 
 RUNNERS: dict[str, Callable[[Check, float], str]] = {
-    "wheels": install_wheels, "env": env, "ceilings": ceilings, "pytest": pytest, "core": core,
-    "runs": runs, "calibrate": calibrate, "fidelity": fidelity,
+    "wheels": install_wheels, "env": env, "ceilings": ceilings, "kernel": kernel,
+    "pytest": pytest, "core": core, "runs": runs, "divergence": divergence,
+    "calibrate": calibrate, "fidelity": fidelity,
 }
