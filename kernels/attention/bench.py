@@ -57,6 +57,8 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
                     help="shape kinds to run (repeatable; default all)")
     ap.add_argument("--quick", action="store_true",
                     help="one shape of each kind and one KV write size (the dry run)")
+    ap.add_argument("--budget-s", type=float, default=None,
+                    help="start no shape after this many seconds (flex only in the first half)")
     ap.add_argument("--json", type=Path, help="write every number here")
     args = ap.parse_args(argv)
     cuda = args.device == "cuda"
@@ -70,8 +72,8 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     return args
 
 
-def _timer(device: torch.device) -> Callable[[Callable[[], Any]], float]:
-    """Median seconds of one call."""
+def _timer(device: torch.device, quick: bool = False) -> Callable[[Callable[[], Any]], float]:
+    """Median seconds of one call (``quick`` on the CPU: one call, the dry run's)."""
     if device.type == "cuda":
         import triton.testing
 
@@ -81,9 +83,10 @@ def _timer(device: torch.device) -> Callable[[Callable[[], Any]], float]:
         return cuda_time
 
     def cpu_time(fn: Callable[[], Any]) -> float:
-        fn()  # the interpreter is slow: one warm call, then the better of two
+        if not quick:
+            fn()  # the interpreter is slow: one warm call, then the better of two
         times = []
-        for _ in range(2):
+        for _ in range(1 if quick else 2):
             t0 = time.perf_counter()
             fn()
             times.append(time.perf_counter() - t0)
@@ -187,38 +190,59 @@ def _us(t: float | None) -> str:
     return f"{t * 1e6:9.1f}" if t is not None else f"{'-':>9}"
 
 
+TOLERANCE = {"float32": 1e-5, "float16": 1e-3, "bfloat16": 1e-2}  # ||err|| / ||ref||
+
+
 def main(argv: list[str] | None = None) -> int:
+    """The table; exit 1 when a triton output is off the reference (beyond TOLERANCE)."""
     args = _parse(argv)
+    started = time.monotonic()
     device = torch.device(args.device)
-    timer = _timer(device)
+    timer = _timer(device, args.quick)
     bw = copy_bandwidth(device, timer)
-    print(f"device {args.device} ({torch.cuda.get_device_name(device) if args.device == 'cuda' else 'cpu, Triton interpreter'}), "
-          f"{args.dtype}, lengths x{args.context_scale:g}, copy bandwidth {bw / 1e9:.1f} GB/s; "
-          "times in us per layer")
+    name = torch.cuda.get_device_name(device) if args.device == "cuda" else \
+        "cpu, Triton interpreter"
+    print(f"device {args.device} ({name}), {args.dtype}, lengths x{args.context_scale:g}, "
+          f"copy bandwidth {bw / 1e9:.1f} GB/s; times in us per layer")
     cols = ("torch_ref", "sdpa", "flex", "triton", "triton_nosplit")
-    print(f"{'kind':<7} {'shape':<22} {'rows':>5} {'floor':>9} " + " ".join(f"{c:>9}"[:9] for c in cols)
-          + f" {'tri/floor':>9} {'tri/torch':>9} {'max err':>8}")
-    results = []
+    print(f"{'kind':<7} {'shape':<22} {'rows':>5} {'floor':>9} "
+          + " ".join(f"{c:>9}"[:9] for c in cols)
+          + f" {'tri/floor':>9} {'tri/torch':>9} {'rel err':>8}")
+    doc: dict[str, Any] = {"device": args.device, "gpu": name, "dtype": args.dtype,
+                           "context_scale": args.context_scale, "copy_bandwidth_Bps": bw,
+                           "tolerance": TOLERANCE[args.dtype], "shapes": [], "kv_write": []}
     for kind, label, decode, prompts in SHAPES:
         if (args.only and kind not in args.only) or (args.quick and label not in QUICK):
             continue
+        if args.budget_s and time.monotonic() - started > args.budget_s:
+            print(f"budget of {args.budget_s:.0f} s spent: {label} and later shapes skipped")
+            break
+        if args.budget_s and time.monotonic() - started > args.budget_s / 2:
+            args.flex = "none"  # compiling flex per shape would eat the rest
         r = bench_shape(kind, label, decode, prompts, args, bw, timer)
-        results.append(r)
+        r["ok"] = all(r["errors"][n + "_rel"] <= TOLERANCE[args.dtype]
+                      for n in ("triton", "triton_nosplit"))
+        doc["shapes"].append(r)
         t = r["times_s"]
         print(f"{kind:<7} {label:<22} {r['rows']:>5} {_us(r['floor_s'])} "
               + " ".join(_us(t[c]) for c in cols)
               + f" {r['triton_over_floor']:>9.2f} {r['triton_over_torch_best']:>9.2f}"
-              f" {r['errors']['triton']:>8.1e}", flush=True)
-    writes = bench_kv_write(args, timer)
+              f" {r['errors']['triton_rel']:>8.1e}{'' if r['ok'] else ' OFF'}", flush=True)
+        _write(args.json, doc)  # what is done survives a kill at the stage's cap
+    doc["kv_write"] = bench_kv_write(args, timer)
     print("KV write, us per layer: " + "; ".join(
         f"{w['rows']} rows: index_copy {w['index_copy_s'] * 1e6:.1f}, triton "
-        f"{w['triton_s'] * 1e6:.1f}" for w in writes))
-    if args.json:
-        args.json.write_text(json.dumps({"device": args.device, "dtype": args.dtype,
-                                         "context_scale": args.context_scale,
-                                         "copy_bandwidth_Bps": bw, "shapes": results,
-                                         "kv_write": writes}, indent=2) + "\n")
-    return 0
+        f"{w['triton_s'] * 1e6:.1f}" for w in doc["kv_write"]))
+    _write(args.json, doc)
+    bad = [r["shape"] for r in doc["shapes"] if not r["ok"]]
+    if bad:
+        print(f"triton differs from torch_ref beyond {TOLERANCE[args.dtype]:g}: {', '.join(bad)}")
+    return 1 if bad else 0
+
+
+def _write(path: Path | None, doc: dict[str, Any]) -> None:
+    if path is not None:
+        path.write_text(json.dumps(doc, indent=2) + "\n")
 
 
 if __name__ == "__main__":
