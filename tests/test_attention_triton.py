@@ -23,7 +23,7 @@ from kernels.attention.triton_paged import interpreted
 from kernels.attention.triton_plan import SplitPolicy
 
 DEVICE = "cpu" if interpreted() or not torch.cuda.is_available() else "cuda"
-SPLIT = SplitPolicy(target_programs=64, min_split_keys=32)  # splits even small test batches
+SPLIT = SplitPolicy(split_keys=64)  # splits the test contexts (up to 300) into up to 5
 
 
 def _run(case: Case, backend: TritonBackend, scale: float) -> tuple[torch.Tensor, torch.Tensor]:
@@ -158,6 +158,38 @@ def test_registry_lists_triton_only_where_it_can_run(monkeypatch: pytest.MonkeyP
 def test_ouro_shapes_in_bf16_on_cuda(split: bool) -> None:
     case = make_case([1024] * 8 + [37], [(640, 128)], num_heads=16, num_kv_heads=16,
                      head_dim=128, block_size=16, dtype=torch.bfloat16, device="cuda")
-    policy = SplitPolicy(target_programs=264) if split else SplitPolicy()
+    policy = SplitPolicy(split_keys=256) if split else SplitPolicy()
     got, want = _run(case, TritonBackend(split=policy), 1 / math.sqrt(128))
     _close(got, want, torch.bfloat16)
+
+
+def _with_row0(case_seed: int, ctx: int, others: list[int], prompts: list[tuple[int, int]],
+               split: SplitPolicy) -> torch.Tensor:
+    """Row 0 rebuilt with one fixed history and query, whatever else is in the batch."""
+    case = make_case([ctx, *others], prompts, num_heads=4, num_kv_heads=2, head_dim=16,
+                     block_size=8, dtype=torch.float32, device=DEVICE, seed=case_seed)
+    gen = torch.Generator().manual_seed(99)
+    flat_k = case.k_cache.view(-1, 2, 16)
+    flat_v = case.v_cache.view(-1, 2, 16)
+    table = case.meta.block_tables[0].tolist()
+    slots = [table[p // 8] * 8 + p % 8 for p in range(ctx)]
+    flat_k[slots] = torch.randn(ctx, 2, 16, generator=gen).to(flat_k)
+    flat_v[slots] = torch.randn(ctx, 2, 16, generator=gen).to(flat_v)
+    case.q[0] = torch.randn(4, 16, generator=gen)
+    case.k[0] = flat_k[slots[-1]]
+    case.v[0] = flat_v[slots[-1]]
+    got, want = _run(case, TritonBackend(split=split), 0.25)
+    _close(got, want, torch.float32)
+    return got[0]
+
+
+def test_a_decode_rows_bits_do_not_depend_on_its_batch() -> None:
+    """The arms batch rows differently and must agree exactly in fp32: a decode row's output
+    is the same bits alone, beside longer rows (more splits in the call) and beside a
+    prompt, with split-KV on and off."""
+    for split in (SplitPolicy(), SPLIT):
+        alone = _with_row0(1, 150, [], [], split)
+        for seed, others, prompts in ((2, [290, 7], []), (3, [40], [(60, 20)]),
+                                      (4, [], [(33, 33)])):
+            assert torch.equal(_with_row0(seed, 150, others, prompts, split), alone), (
+                split, others, prompts)

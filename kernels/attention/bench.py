@@ -112,7 +112,7 @@ def bench_shape(kind: str, label: str, decode: list[int], prompts: list[tuple[in
     from kernels.attention import alternatives, get_backend
     from kernels.attention.cases import make_case
     from kernels.attention.triton_backend import TritonBackend
-    from kernels.attention.triton_plan import SplitPolicy
+    from kernels.attention.triton_plan import SPLIT_KEYS, SplitPolicy
 
     s = args.context_scale
     decode = [_scaled(c, s) for c in decode]
@@ -136,10 +136,8 @@ def bench_shape(kind: str, label: str, decode: list[int], prompts: list[tuple[in
             times["flex"] = timer(lambda: fx(q, k_cache, v_cache))
         except Exception as err:  # noqa: BLE001 - "where it runs": a failure is a blank cell
             print(f"  flex_attention failed on {label}: {type(err).__name__}: {err}"[:300])
-    sms = (torch.cuda.get_device_properties(device).multi_processor_count
-           if device.type == "cuda" else 132)
     errors: dict[str, float] = {}
-    for name, policy in (("triton", SplitPolicy(target_programs=2 * sms)),
+    for name, policy in (("triton", SplitPolicy(SPLIT_KEYS)),
                          ("triton_nosplit", SplitPolicy())):
         tri = TritonBackend(split=policy)
         tri.configure(case.shape)

@@ -22,6 +22,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from kernels.attention.triton_plan import MAX_SPLITS
+
 _PTR = {"bfloat16": "*bf16", "float16": "*fp16", "float32": "*fp32"}
 
 
@@ -100,7 +102,7 @@ def compile_helpers(dtype: str = "bfloat16", head_dim: int = 128, kv_row: int = 
     specs = {
         "combine": (tp._combine_kernel, {"OUT": ptr, "PART_ACC": "*fp32", "PART_M": "*fp32",
                                          "PART_L": "*fp32"},
-                    {"HEAD_DIM": head_dim, "MAX_SPLITS": 16}),
+                    {"HEAD_DIM": head_dim, "MAX_SPLITS": MAX_SPLITS}),
         "write_kv": (tp._write_kv_kernel, {"K": ptr, "V": ptr, "KC": ptr, "VC": ptr,
                                            "SLOT": "*i64"},
                      {"ROW": kv_row, "BLOCK": min(triton.next_power_of_2(kv_row), 4096)}),

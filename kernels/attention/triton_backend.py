@@ -17,7 +17,7 @@ import torch
 
 from kernels.attention import triton_paged
 from kernels.attention.base import AttentionBackend, AttentionMetadata, AttentionShape
-from kernels.attention.triton_plan import LaunchPlan, SplitPolicy, plan_launch
+from kernels.attention.triton_plan import SPLIT_KEYS, LaunchPlan, SplitPolicy, plan_launch
 
 DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 HEAD_DIMS = (8, 16, 32, 64, 128, 256)
@@ -64,8 +64,8 @@ class _TritonState:
 class TritonBackend(AttentionBackend):
     """One attention launch per layer for every sequence of a core call.
 
-    ``split``: the split-KV policy (None: on CUDA, about two programs per SM; off on the
-    CPU interpreter). ``kv_write``: ``triton`` (one launch for K and V) or ``index_copy``
+    ``split``: the split-KV policy (None: chunks of ``SPLIT_KEYS`` on CUDA; off on the CPU
+    interpreter, where more programs only cost time). ``kv_write``: ``triton`` (one launch for K and V) or ``index_copy``
     (two ``index_copy_``). ``block_m`` / ``tile_n`` override the tile sizes (tests, bench).
     """
 
@@ -79,7 +79,6 @@ class TritonBackend(AttentionBackend):
         self.kv_write = kv_write
         self.block_m = block_m
         self.tile_n = tile_n
-        self._auto_split: dict[torch.device, SplitPolicy] = {}
         # Split-KV scratch, grown as needed and reused by every call (stream order keeps
         # one call's partials from meeting the next's).
         self._scratch: dict[torch.device, tuple[torch.Tensor, torch.Tensor, torch.Tensor]] = {}
@@ -91,12 +90,7 @@ class TritonBackend(AttentionBackend):
     def _policy(self, device: torch.device) -> SplitPolicy:
         if self.split is not None:
             return self.split
-        policy = self._auto_split.get(device)
-        if policy is None:
-            sms = torch.cuda.get_device_properties(device).multi_processor_count if (
-                device.type == "cuda") else 0
-            policy = self._auto_split[device] = SplitPolicy(target_programs=2 * sms)
-        return policy
+        return SplitPolicy(SPLIT_KEYS) if device.type == "cuda" else SplitPolicy()
 
     def _partials(self, device: torch.device, parts: int
                   ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:

@@ -6,9 +6,13 @@ to ``block_q`` query rows of one prompt sequence, longest key range first, so th
 programs start early), from a work list uploaded per call; then ``num_splits`` per decode
 sequence, which the kernel derives from the device's context lengths alone, so a
 decode-only call uploads nothing and its planning does not grow with the batch. With
-``num_splits > 1`` (split-KV, flash-decoding: when the call has too few programs to fill
-the GPU) decode split ``i`` covers keys ``[i * chunk, (i + 1) * chunk)`` and the combine
-kernel merges the partial results.
+``num_splits > 1`` (split-KV, flash-decoding) decode split ``i`` covers keys
+``[i * chunk, (i + 1) * chunk)`` and the combine kernel merges the partial results.
+
+The chunk is fixed (``SplitPolicy.split_keys``), not sized to the batch, so a decode row's
+result never depends on which other rows share its call: the arms batch rows differently
+and must still agree (a short row in a split call merges one chunk and empty ones, which
+gives its unsplit bits exactly). Only contexts longer than ``max_splits`` chunks widen it.
 """
 
 from __future__ import annotations
@@ -18,20 +22,19 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 WORK_FIELDS = 8  # seq, first row, rows, first query position, kv lo, kv hi, 2 x pad
-MAX_SPLITS = 16
-MIN_SPLIT_KEYS = 256  # a split chunk reads at least this many keys (below, the merge costs more)
+MAX_SPLITS = 64
+SPLIT_KEYS = 256  # keys per decode split on CUDA: 1 x 4096 fills 16 x 16 programs
 
 
 @dataclass(frozen=True, slots=True)
 class SplitPolicy:
-    """When decode sequences are split along their keys (flash-decoding).
+    """How decode sequences are split along their keys (flash-decoding).
 
-    ``target_programs``: programs wanted in flight (about 2 per SM); a call with fewer
-    splits its decode sequences until it has about that many. 0 turns split-KV off.
+    ``split_keys``: keys per chunk (a multiple of the kernel's key tile); 0 turns split-KV
+    off. ``max_splits``: chunks per sequence at most (a power of two: the combine tile).
     """
 
-    target_programs: int = 0
-    min_split_keys: int = MIN_SPLIT_KEYS
+    split_keys: int = 0
     max_splits: int = MAX_SPLITS
 
 
@@ -103,12 +106,12 @@ def plan_launch(
         items.sort(key=lambda it: -it[0])
     work = [v for _, item in items for v in item]
     splits, chunk = 1, 0
-    if num_decode and policy.target_programs:
-        programs = (len(items) + num_decode) * num_kv_heads
+    if num_decode and policy.split_keys:
         longest = max(context_lens[:num_decode])
-        want = min(policy.max_splits, math.ceil(policy.target_programs / programs),
-                   longest // max(1, policy.min_split_keys))
-        if want > 1:
-            chunk = math.ceil(math.ceil(longest / want) / tile_n) * tile_n  # tile boundaries
-            splits = -(-longest // chunk)
+        chunk = math.ceil(policy.split_keys / tile_n) * tile_n  # chunks on tile boundaries
+        if longest > chunk * policy.max_splits:
+            chunk = math.ceil(math.ceil(longest / policy.max_splits) / tile_n) * tile_n
+        splits = -(-longest // chunk)
+        if splits == 1:
+            chunk = 0
     return LaunchPlan(work, num_decode, splits, chunk, bq, bm)
