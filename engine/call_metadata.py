@@ -84,11 +84,14 @@ def prepare_call(
     # One host->device copy for all integer metadata, block-table updates included.
     packed = upload_ints(positions + slots + ctx_lens + starts + rows + upd_idx + upd_vals,
                          device)
-    pos_t, slot_t, ctx_t, start_t, rows_t, idx_t, vals_t = torch.split(
-        packed, [num_rows, num_rows, num_seqs, num_seqs + 1, num_seqs, len(upd_idx),
-                 len(upd_vals)]
-    )
-    tables.apply(idx_t, vals_t)
+    # Slices, not torch.split (a third cheaper on the host); no update step when none.
+    a, b, c = num_rows, 2 * num_rows, 2 * num_rows + num_seqs
+    d, e = c + num_seqs + 1, c + 2 * num_seqs + 1
+    pos_t, slot_t, ctx_t, start_t, rows_t = (packed[:a], packed[a:b], packed[b:c],
+                                             packed[c:d], packed[d:e])
+    if upd_idx:
+        n = len(upd_idx)
+        tables.apply(packed[e:e + n], packed[e + n:])
     meta = AttentionMetadata(
         slot_mapping=slot_t,
         block_tables=tables.gather(rows_t, max_blocks),
