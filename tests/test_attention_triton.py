@@ -134,6 +134,9 @@ def test_unsupported_shapes_are_one_line_errors() -> None:
     backend = TritonBackend()
     with pytest.raises(ValueError, match="configure"):
         backend.prepare(case.meta)
+    backend.shape = shape(head_dim=96)  # set without configure: prepare still refuses it
+    with pytest.raises(ValueError, match="not 96"):
+        backend.prepare(case.meta)
     backend.configure(case.shape)
     case.meta.block_size = 2048
     with pytest.raises(ValueError, match="cache.block_size: .* not 2048"):

@@ -61,8 +61,9 @@ class AttentionBackend(ABC):
     """Writes the call's K/V into the paged caches, then attends over each sequence's history.
 
     ``prepare`` runs once per core call (its result is reused by every layer); ``forward`` runs
-    per layer. Implementations: ``torch`` (reference, CPU and CUDA); a Triton packed paged
-    kernel and adapters for torch's varlen attention or flash-attn plug in here.
+    per layer. Implementations: ``torch`` (reference, CPU and CUDA) and ``triton`` (the packed
+    paged kernel, CUDA or Triton's CPU interpreter); adapters for torch's varlen attention or
+    flash-attn would plug in here.
     """
 
     name: str = "base"

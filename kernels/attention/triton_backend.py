@@ -109,6 +109,7 @@ class TritonBackend(AttentionBackend):
         if shape is None:
             raise ValueError("attention_backend: triton needs the model's shape; call "
                              "configure(AttentionShape(...)) before prepare")
+        check_shape(shape)  # configure checked it too; a shape set by hand is caught here
         check_block_size(meta.block_size)
         device = meta.block_tables.device
         if device.type != "cuda" and not triton_paged.interpreted():
