@@ -2,7 +2,10 @@
 
 ``fixed``, ``trace`` and ``categorical`` are decided by the core from seeded per-request
 streams and need no signal. ``ouro``, ``ouro_delayed`` and ``random_lookahead`` read one
-signal per decode row and depth; here it is synthetic: λ at depth d is logit-normal around a
+signal per decode row and depth. With an exit profile (``sim.exit_profile``) a token's whole
+vector is one measured row, picked by a hash of (seed, request, position), so the correlation
+between its depths is the model's (``profile_signal_fn``). Without one it is synthetic (the
+explicit fallback): λ at depth d is logit-normal around a
 per-depth mean, ``sigmoid(logit(mean_lambdas[d]) + sigma * z)`` with z a standard normal
 drawn from a hash of (seed, request, position, depth). The same seed gives the same λ for the
 same token and depth in every arm, however the work was batched. For ``random_lookahead`` the
@@ -19,6 +22,7 @@ from statistics import NormalDist
 from engine.core.config import ExitConfig
 from engine.core.exits import stable_seed
 from engine.core.fake_executor import SignalFn
+from sim.exit_profile import ExitProfile
 
 # Synthetic per-depth mean λ for D = 4: rising with depth, so deeper loops exit more often.
 DEFAULT_MEAN_LAMBDAS: tuple[float, ...] = (0.15, 0.3, 0.45, 0.6)
@@ -74,6 +78,24 @@ def lambda_signal_fn(seed: int, mean_lambdas: Sequence[float], sigma: float = 0.
     return signal
 
 
+def profile_row(seed: int, num_rows: int, request_id: str, position: int) -> int:
+    """The profile row a token reads: the same for the same (seed, request, position)."""
+    return stable_seed(seed, "profile", request_id, position) % num_rows
+
+
+def profile_signal_fn(seed: int, rows: Sequence[Sequence[float]]) -> SignalFn:
+    """Signals from measured rows: token (request, position) reads row ``profile_row``."""
+    table = tuple(tuple(r) for r in rows)
+    n = len(table)
+    if n == 0:
+        raise ValueError("exit.profile: the profile holds no rows")
+
+    def signal(request_id: str, position: int, depth: int) -> float:
+        return table[profile_row(seed, n, request_id, position)][depth]
+
+    return signal
+
+
 def make_signal_fn(
     exit_cfg: ExitConfig,
     num_depths: int,
@@ -81,10 +103,18 @@ def make_signal_fn(
     seed: int,
     mean_lambdas: Sequence[float] | None = None,
     sigma: float = 0.5,
+    profile: ExitProfile | None = None,
 ) -> SignalFn | None:
-    """The signal function for ``exit_cfg.mode``, or None when the core decides alone."""
+    """The signal function for ``exit_cfg.mode``, or None when the core decides alone; from
+    ``profile`` when one is given, else the synthetic stream."""
     if exit_cfg.mode not in SIGNAL_MODES:
         return None
+    if profile is not None:
+        if profile.num_depths != num_depths:
+            raise ValueError(f"exit.profile: measured with {profile.num_depths} depths, the "
+                             f"model has {num_depths}; use the model's own exit profile")
+        # Row choice ignores the mode: ouro vs ouro_delayed compare on the same tokens' gates.
+        return profile_signal_fn(seed, profile.signal_rows(exit_cfg))
     means = tuple(mean_lambdas) if mean_lambdas is not None else default_mean_lambdas(num_depths)
     if len(means) != num_depths:
         raise ValueError(

@@ -34,6 +34,7 @@ from loopserve.fidelity.tail import tail_lines
 from loopserve.fidelity.targets import target_lines
 from loopserve.fidelity.world import WorldRun, run_sim
 from loopserve.outputs import env_info, files
+from loopserve.runs.exit_source import exit_models
 from loopserve.runs.plan import plan_runs
 from loopserve.schema import load_scenario
 from loopserve.schema.scenario import Scenario
@@ -126,7 +127,8 @@ def main(args: argparse.Namespace, argv: list[str]) -> int:
                 {"world": w, "arm": r.spec.arm, "point_id": r.spec.point_id,
                  "repeat": r.spec.repeat, "wall_s": round(r.records.wall_s, 6)}
                 for w, runs in (("sim", sim_runs), ("measured", real_runs)) for r in runs],
-            runner=real_plan.real.info() if real_plan.real is not None else None))
+            runner=real_plan.real.info() if real_plan.real is not None else None,
+            exit_model=exit_models(sim_plan.exits)))
         write_fidelity_report(tmp / "report.html", scn, result, sim_runs, real_runs, cost)
     print(_table(result))
     print(f"report: {dest / 'report.html'}")

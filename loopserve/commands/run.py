@@ -20,6 +20,7 @@ from loopserve.outputs.trace import write_trace
 from loopserve.outputs.vllm_run import vllm_run_results
 from loopserve.report.page import write_run_report
 from loopserve.runs import interrupts
+from loopserve.runs.exit_source import exit_models
 from loopserve.runs.loop import RunResult, execute
 from loopserve.runs.metrics import metric
 from loopserve.runs.plan import TARGETS, Plan, plan_runs
@@ -86,7 +87,7 @@ def write_run(dest: Path, plan: Plan, runs: Sequence[RunResult], *, argv: list[s
                    "wall_s": round(r.records.wall_s, 6)} for r in runs]
         files.write_json(tmp / "env.json", env_info.collect(
             target=plan.target, hardware=scn.hardware, run_id=dest.name, argv=argv,
-            started_s=started_s, run_wall_s=timing,
+            started_s=started_s, run_wall_s=timing, exit_model=exit_models(plan.exits),
             runner=plan.real.info() if plan.real is not None else None))
         write_run_report([load_run(tmp, label=dest.name)], tmp, write_pngs=True)
     return dest / "report.html"

@@ -82,8 +82,10 @@ def device_info(target: str, hardware: str) -> dict[str, Any]:
 def collect(
     *, target: str, hardware: str, run_id: str, argv: list[str], started_s: float,
     run_wall_s: list[dict[str, Any]], runner: dict[str, Any] | None = None,
+    exit_model: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """The whole env.json document (``runner``: the real engine's backend and dtype)."""
+    """The whole env.json document (``runner``: the real engine's backend and dtype;
+    ``exit_model``: the simulator's exit model per point)."""
     doc: dict[str, Any] = {
         "run_id": run_id,
         "command": argv,
@@ -99,4 +101,6 @@ def collect(
     }
     if runner is not None:
         doc["runner"] = runner
+    if exit_model is not None:
+        doc["exit_model"] = exit_model
     return doc

@@ -42,7 +42,8 @@ class RunResult:
 def sim_target(plan: Plan) -> SimTarget:
     """The simulator priced by the plan's cost models."""
     return SimTarget(plan.shape, plan.costs,
-                     {p.point_id: p.scenario.exit.lambdas for p in plan.points})
+                     {p.point_id: p.scenario.exit.lambdas for p in plan.points},
+                     {i: src.profile for i, src in plan.exits.items()})
 
 
 def target_of(plan: Plan) -> Target:

@@ -13,6 +13,7 @@ from engine.core.config import EngineConfig, ModelShape
 from engine.core.records import ArrivalSource
 from engine.core.shapes import MODEL_SHAPES
 from loopserve.errors import UserError
+from loopserve.runs.exit_source import ExitSource, exit_source
 from loopserve.runs.sweep import SweepPoint, expand, reference_point
 from loopserve.schema.build import engine_config, lifetime_bound, model_shape
 from loopserve.schema.scenario import Scenario
@@ -37,6 +38,7 @@ class Plan:
     runs: list[RunSpec]
     reference_point_id: int
     costs: dict[int, CostModel] = field(default_factory=dict)  # point_id -> cost (sim only)
+    exits: dict[int, ExitSource] = field(default_factory=dict)  # point_id -> exit model (sim)
     real: Target | None = None  # the real engine, built on the first real run
 
 
@@ -60,6 +62,7 @@ def plan_runs(scn: Scenario, target: str) -> Plan:
             )
         if target == "sim":
             plan.costs[point.point_id] = _cost_model(point.scenario, shape, context)
+            plan.exits[point.point_id] = exit_source(point.scenario, shape, context)
     for point in points:
         for repeat in range(scn.repeats):
             for arm in scn.arms:

@@ -96,6 +96,10 @@ class ExitSpec(StrictModel):
     of the signal-driven modes (ouro, ouro_delayed, random_lookahead). ``trace`` (mode trace):
     a run-wide exit-depth pattern, first entry D, the rest repeated over each request's
     tokens; requests of a trace file with their own ``exit_depths`` keep theirs.
+    ``profile`` (simulator only): an exit profile measured from the model (``loopserve
+    exit-profile``) that the signal modes draw whole per-token λ vectors from; without it a
+    calibrated cost profile's sibling ``<stem>.exits.json`` is used when present, else the
+    synthetic stream.
     """
 
     mode: ExitMode = "fixed"
@@ -105,6 +109,7 @@ class ExitSpec(StrictModel):
     probs: list[float] | None = None
     lambdas: list[float] | None = None
     trace: list[int] | None = None
+    profile: str | None = None
     seed: int | None = None
 
     @field_validator("lambdas")
@@ -121,6 +126,9 @@ class ExitSpec(StrictModel):
                 f"lambdas: only for the signal modes {'|'.join(SIGNAL_EXIT_MODES)}, "
                 f"not {self.mode}; remove lambdas"
             )
+        if self.lambdas is not None and self.profile is not None:
+            raise ValueError("lambdas: the synthetic means and an exit profile exclude each "
+                             "other; remove lambdas or profile")
         if self.trace is not None and self.mode != "trace":
             raise ValueError(f"trace: only for mode trace, not {self.mode}; remove trace")
         if self.probs is not None and self.mode != "categorical":

@@ -12,15 +12,18 @@ from loopserve.targets.base import RunSpec
 from sim.cost.base import CostModel
 from sim.driver import simulate
 from sim.exit_model import make_signal_fn
+from sim.exit_profile import ExitProfile
 
 
 @dataclass(frozen=True)
 class SimTarget:
-    """Simulates runs of one plan: ``costs`` and ``exit_lambdas`` are per point id."""
+    """Simulates runs of one plan: ``costs``, ``exit_lambdas`` (synthetic means) and
+    ``exit_profiles`` (measured λ rows, preferred when given) are per point id."""
 
     shape: ModelShape
     costs: Mapping[int, CostModel]
     exit_lambdas: Mapping[int, Sequence[float] | None]
+    exit_profiles: Mapping[int, ExitProfile | None] | None = None
 
     def run(self, spec: RunSpec, source: ArrivalSource) -> RunRecords:
         return self.simulate(spec, source, self.costs[spec.point_id])
@@ -31,6 +34,7 @@ class SimTarget:
     def simulate(self, spec: RunSpec, source: ArrivalSource, cost: CostModel) -> RunRecords:
         """One run priced by ``cost`` instead of the point's own (fidelity's capture)."""
         signal_fn = make_signal_fn(spec.cfg.exit, self.shape.num_depths, seed=spec.seed,
-                                   mean_lambdas=self.exit_lambdas[spec.point_id])
+                                   mean_lambdas=self.exit_lambdas[spec.point_id],
+                                   profile=(self.exit_profiles or {}).get(spec.point_id))
         return simulate(spec.cfg, source, cost, signal_fn=signal_fn, seed=spec.seed,
                         vocab_size=self.shape.vocab_size)

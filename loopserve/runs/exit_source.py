@@ -1,0 +1,65 @@
+"""Which exit model a simulated sweep point uses (DESIGN.md §5): a measured exit profile, the
+synthetic λ stream, or none (modes the core decides alone). Resolved once per point at plan
+time, so a bad profile fails before any run; the label goes to env.json."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from engine.core.config import ModelShape
+from loopserve.errors import UserError
+from loopserve.schema.build import exit_config
+from loopserve.schema.scenario import SIGNAL_EXIT_MODES, Scenario
+from sim.cost.resolve import resolve_cost
+from sim.exit_profile import ExitProfile, load_exit_profile, sibling_exit_profile
+
+
+@dataclass(frozen=True)
+class ExitSource:
+    """A point's exit model: ``kind`` is profile | synthetic | core; ``path`` the profile's."""
+
+    kind: str
+    profile: ExitProfile | None = None
+    path: str | None = None
+    via: str | None = None  # "exit.profile" or "cost.profile" (the calibrated profile's sibling)
+
+    def describe(self) -> dict[str, object]:
+        """The env.json entry: kind, and for a profile its file and measured token count."""
+        out: dict[str, object] = {"kind": self.kind}
+        if self.profile is not None:
+            out.update(path=self.path, via=self.via,
+                       num_tokens=self.profile.provenance.num_tokens,
+                       model=self.profile.model)
+        return out
+
+
+def exit_source(scn: Scenario, shape: ModelShape, context: str = "") -> ExitSource:
+    """The point's exit model; UserError naming exit.profile when the file is unusable."""
+    e = scn.exit
+    if e.mode not in SIGNAL_EXIT_MODES:
+        return ExitSource("core")
+    if e.lambdas is not None:
+        return ExitSource("synthetic")
+    path, via = e.profile, "exit.profile"
+    if path is None:
+        kind, cost_profile = resolve_cost(scn.cost.kind, scn.cost.profile, scn.hardware,
+                                          scn.model)
+        sib = sibling_exit_profile(cost_profile) if kind == "calibrated" and cost_profile else None
+        if sib is None:
+            return ExitSource("synthetic")
+        path, via = str(sib), "cost.profile"
+    try:
+        profile = load_exit_profile(path)
+        if profile.num_depths != shape.num_depths:
+            raise ValueError(f"exit.profile: {path}: measured with {profile.num_depths} depths, "
+                             f"the model has {shape.num_depths}; use the model's own profile")
+        profile.signal_rows(exit_config(scn))  # random_lookahead: the head's scores exist
+    except ValueError as err:
+        raise UserError.from_value_error(err, "exit.profile", context) from None
+    return ExitSource("profile", profile, path, via)
+
+
+def exit_models(exits: Mapping[int, ExitSource]) -> dict[str, object] | None:
+    """env.json's record of each simulated point's exit model (None for a real run)."""
+    return {str(i): src.describe() for i, src in exits.items()} or None
