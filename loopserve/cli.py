@@ -1,5 +1,5 @@
 """The ``loopserve`` command: parse the arguments and dispatch to the subcommand
-(``loopserve.commands``: run | sweep | report | calibrate | fidelity | serve;
+(``loopserve.commands``: run | sweep | report | calibrate | exit-profile | fidelity | serve;
 DESIGN.md §12).
 
 Bad input of any kind prints ``loopserve: error: <field>: <message>`` on one line and exits 2
@@ -13,7 +13,16 @@ import sys
 from collections.abc import Sequence
 from typing import NoReturn
 
-from loopserve.commands import bench_serve, calibrate, e2e, fidelity, report, run, serve
+from loopserve.commands import (
+    bench_serve,
+    calibrate,
+    e2e,
+    exit_profile,
+    fidelity,
+    report,
+    run,
+    serve,
+)
 from loopserve.errors import UserError
 from loopserve.runs.interrupts import Interrupted
 
@@ -33,7 +42,7 @@ def build_parser() -> argparse.ArgumentParser:
         description="Serving engine and simulator for looped language models.",
     )
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    for command in (run, report, calibrate, fidelity, serve, bench_serve, e2e):
+    for command in (run, report, calibrate, exit_profile, fidelity, serve, bench_serve, e2e):
         command.add_parser(sub)
     return p
 

@@ -29,6 +29,7 @@ from loopserve.errors import UserError
 from loopserve.fidelity.compare import compare
 from loopserve.fidelity.doc import FidelityDoc, MetricError
 from loopserve.fidelity.drift import drift_lines
+from loopserve.fidelity.exits import exit_lines
 from loopserve.fidelity.report import write_fidelity_report
 from loopserve.fidelity.tail import tail_lines
 from loopserve.fidelity.targets import target_lines
@@ -178,6 +179,7 @@ def _table(result: FidelityDoc) -> str:
     if slow:
         lines.append("machine now vs at calibration (probe steps): " + ", ".join(
             f"{k} x{v:.2f}" for k, v in slow.items()))
+    lines.extend(exit_lines(result["exits"]))
     lines.extend(drift_lines(result["drift"]))
     lines.extend(tail_lines(result["tail"]))
     lines.extend(target_lines(result["targets"]))

@@ -21,6 +21,7 @@ from loopserve.fidelity.doc import (
     MetricError,
 )
 from loopserve.fidelity.drift import drift
+from loopserve.fidelity.exits import exit_fidelity
 from loopserve.fidelity.tail import tail
 from loopserve.fidelity.targets import targets
 from loopserve.fidelity.world import RealWorld, WorldRun
@@ -174,6 +175,7 @@ def compare(plan: Plan, sim: list[WorldRun], world: RealWorld, cost: CalibratedC
         "step_mape": total["mape"],
         "step_max_error": total["max_error"],
         "arms": arms,
+        "exits": exit_fidelity(plan, sim, real),
         "vs_fastest_repeat": fastest,
         "targets": targets(arms, drift_section, machine, fastest),
         "measured_repeat_spread": _repeat_spread(plan, real),

@@ -148,12 +148,34 @@ class Allocator(TypedDict):
     calibration: str | None
 
 
+class ExitWorld(TypedDict):
+    """Exit depths of one world's runs of an arm (see ``loopserve.fidelity.exits``)."""
+
+
+    depth_fractions: list[float]  # tokens exiting after 1..D loops
+    mean_loops: float | None
+    core_calls_per_output_token: float | None
+    num_tokens: int
+
+
+class ExitArm(TypedDict):
+    sim: ExitWorld
+    measured: ExitWorld
+    tv_distance: float
+
+
+class ExitsSection(TypedDict):
+    exit_model: dict[str, object]
+    arms: dict[str, ExitArm]
+
+
 class FidelityDoc(TypedDict):
     """The whole fidelity.json document."""
 
     step_mape: float | None
     step_max_error: float | None
     arms: dict[str, ArmErrors]
+    exits: ExitsSection
     vs_fastest_repeat: dict[str, FastestErrors] | None
     targets: TargetsSection
     measured_repeat_spread: dict[str, dict[str, float | None]] | None
