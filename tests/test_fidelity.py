@@ -263,3 +263,16 @@ def test_the_real_world_runs_with_the_profiles_thread_count(result: Path) -> Non
     scn = yaml.safe_load((result / "scenario.yaml").read_text())
     assert "num_threads" not in SCENARIO["runner"]
     assert scn["runner"]["num_threads"] == profile()["provenance"]["num_threads"] == 1
+
+
+def test_exit_depths_per_arm_fixed_exits_run_all_depths(result: Path) -> None:
+    doc = json.loads((result / "fidelity.json").read_text())
+    exits = doc["exits"]
+    assert exits["exit_model"] == {"kind": "core"}  # fixed: the core decides, no signals
+    assert set(exits["arms"]) == {"atomic", "per_depth", "mixed"}
+    for arm in exits["arms"].values():
+        for world in ("sim", "measured"):
+            w = arm[world]
+            assert w["depth_fractions"] == [0.0, 0.0, 0.0, 1.0] and w["mean_loops"] == 4.0
+            assert w["num_tokens"] == 3 * 9 + 2 and w["core_calls_per_output_token"] > 0
+        assert arm["tv_distance"] == 0.0

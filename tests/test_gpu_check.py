@@ -277,6 +277,8 @@ def test_fidelity_runs_against_the_profile_calibrate_just_measured(tmp_path: Pat
     stages = {s["name"]: s["status"] for s in results["stages"]}
     assert stages["calibrate"] == stages["fidelity"] == "ok"
     assert set(results["fidelity"]["arms"]) == {"atomic", "per_depth", "mixed"}
+    with tarfile.open(out / "calibrate.tar.gz") as tar:  # the exit profile beside the cost's
+        assert any(n.endswith(".exits.json") for n in tar.getnames()), tar.getnames()
     assert results["fidelity"]["step_mape"] >= 0 and results["fidelity"]["targets"]
     with tarfile.open(out / "fidelity.tar.gz") as tar:
         names = tar.getnames()

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from tools.gpu import outputs
 from tools.gpu.context import REPO, Check, need_cuda
-from tools.gpu.proc import NotAvailable, StageFailed, require
+from tools.gpu.proc import NotAvailable, Proc, StageFailed, require
 
 SCENARIO = "scenarios/gpu-check.yaml"
 # The dry run shrinks the scenario to the tiny model and a few dozen tokens.
@@ -101,13 +101,17 @@ def calibrate(c: Check, cap: float) -> str:
     args = ["calibrate", "--target", c.device, "--model", model]
     if "--out" in helptext:
         args += ["--out", str(dest)]
+    # Kept for the exit profile after it (a model build and a short full-depth generation).
+    exits_s = 20 if c.dry else 40
     if (flag := _BUDGET_FLAG.search(helptext)) is not None:
         # The measuring budget: the stage's cap less the model build and the fit (a 60 s
-        # budget fits the 120 s cap with a 1.4B build).
-        args += [flag.group(1), str(max(int(cap) - 60, 10))]
+        # budget fits 120 s with a 1.4B build) and the exit profile's share.
+        args += [flag.group(1), str(max(int(cap) - 60 - exits_s, 10))]
     profiles = REPO / "results" / "profiles"
     before = {p: p.read_bytes() for p in profiles.glob("*.json")} if profiles.is_dir() else {}
-    proc = c.loopserve(args, cap - 5)
+    deadline = time.monotonic() + cap - 5
+    proc = c.loopserve(args, cap - 5 - exits_s)
+    exits = _exit_profile(c, model, dest, top, deadline) if proc.rc == 0 else None
     after = {p: p.read_bytes() for p in profiles.glob("*.json")} if profiles.is_dir() else {}
     changed = [p for p, data in after.items() if before.get(p) != data]  # new or rewritten
     folders = {"calibrate": dest} if dest.is_dir() else {}
@@ -124,8 +128,26 @@ def calibrate(c: Check, cap: float) -> str:
     if folders:
         outputs.pack(c.out / "calibrate.tar.gz", folders)
     require(proc, "loopserve calibrate")
+    if exits is not None:
+        require(exits, "loopserve exit-profile")
     return f"calibrated; {len(changed)} profile(s) written" + (
+        "; exit profile measured" if exits is not None else "") + (
         "; packed calibrate.tar.gz" if folders else "")
+
+
+def _exit_profile(c: Check, model: str, dest: Path, top: str, deadline: float) -> Proc | None:
+    """``loopserve exit-profile`` beside the cost profile in ``dest`` (``<stem>.exits.json``,
+    the sibling the fidelity stage's simulator reads), when the command exists."""
+    if not re.search(r"\bexit-profile\b", top):
+        return None
+    found = sorted(p for p in dest.glob("*.json") if p.name != "env.json")
+    if not found:
+        return None
+    out = found[0].with_name(found[0].stem + ".exits.json")
+    n, tokens = ("2", "4") if c.dry else ("16", "48")
+    return c.loopserve(["exit-profile", "--target", c.device, "--model", model, "--out",
+                        str(out), "--num-prompts", n, "--max-tokens", tokens],
+                       max(deadline - time.monotonic(), 10))
 
 
 def fidelity(c: Check, cap: float) -> str:
@@ -133,7 +155,8 @@ def fidelity(c: Check, cap: float) -> str:
     just measured: the simulator's error on a dedicated device (a shared CPU drifts too much
     to show it), packed as fidelity.tar.gz."""
     need_cuda(c)
-    found = sorted(p for p in (c.scratch / "calibrate").glob("*.json") if p.name != "env.json")
+    found = sorted(p for p in (c.scratch / "calibrate").glob("*.json")
+                   if p.name != "env.json" and not p.name.endswith(".exits.json"))
     if not found:
         raise NotAvailable("fidelity: the calibrate stage wrote no profile")
     dest = c.scratch / "fidelity"

@@ -39,7 +39,7 @@ STAGES = (
     StageSpec("core", 90, 60, 20),
     StageSpec("runs", 240, 120, 60),
     StageSpec("divergence", 120, 45, 20),
-    StageSpec("calibrate", 120, 60, 20),
+    StageSpec("calibrate", 160, 80, 20),
     # Needs the calibrate stage's profile, and its own budget on a GPU: a second call,
     # `--only calibrate,fidelity --budget-s 400` (docs/gpu.md).
     StageSpec("fidelity", 240, 60, 20, default=False),
