@@ -18,7 +18,7 @@ from engine.core.batch import ItemKind, ScheduledItem
 from engine.llm import LLM
 from engine.model.alloc import default_dtype
 from engine.model.build import build_model
-from loopserve.calibrate.job import device_name
+from loopserve.calibrate.job import device_name, hardware_name
 from loopserve.outputs.env_info import commit_label
 from sim.cost.resolve import model_label
 from sim.exit_profile import ExitProfile, ExitProvenance, LookaheadScores
@@ -33,6 +33,11 @@ def generated_prompts(num: int, vocab_size: int, seed: int, low: int = 16,
         n = min(high, max(low, int(rng.lognormvariate(3.8, 0.5))))
         out.append([rng.randrange(1, vocab_size) for _ in range(n)])
     return out
+
+
+def hardware_of(target: str) -> str:
+    """The hardware name a profile of ``target`` (cpu | cuda) is filed under."""
+    return hardware_name(torch.device(target))
 
 
 def checkpoint_sha256(model: str) -> str | None:

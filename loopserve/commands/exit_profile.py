@@ -80,8 +80,7 @@ def main(args: argparse.Namespace, argv: list[str]) -> int:
     if out is not None and out.suffix != ".json":
         raise UserError("--out", f"{out}: name a .json file")
     check_real(args.target)
-    from loopserve.calibrate.exits import generated_prompts, measure_exit_profile
-    from loopserve.calibrate.job import hardware_name
+    from loopserve.calibrate.exits import generated_prompts, hardware_of, measure_exit_profile
     from loopserve.schema.build import model_shape
 
     try:
@@ -102,8 +101,6 @@ def main(args: argparse.Namespace, argv: list[str]) -> int:
         prompts = generated_prompts(args.num_prompts, shape.vocab_size, args.seed)
         source = (f"generated: {len(prompts)} random-token prompts of 16-128 tokens, seed "
                   f"{args.seed}")
-    import torch
-
     try:
         prof = measure_exit_profile(
             model=args.model, prompts=prompts, prompt_source=source, max_tokens=args.max_tokens,
@@ -111,7 +108,7 @@ def main(args: argparse.Namespace, argv: list[str]) -> int:
             threads=args.threads, command=argv)
     except (ValueError, OSError, KeyError) as err:
         raise UserError.from_value_error(ValueError(str(err)), "--model") from None
-    hw = hardware_name(torch.device(args.target))
+    hw = hardware_of(args.target)
     dest = out or PROFILES_DIR / f"{hw}-{model_label(args.model)}.exits.json"
     atomic_write(dest, exit_profile_json(prof))
     print(f"exit profile: {dest}  ({prof.provenance.num_tokens} tokens, "
