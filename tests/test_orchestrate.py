@@ -12,7 +12,7 @@ import pytest
 
 from loopserve.outputs.trace import select_runs, trace_events, write_trace
 from loopserve.runs.loop import execute
-from loopserve.runs.plan import plan_runs
+from loopserve.runs.plan import plan_runs, repeat_seed
 from loopserve.runs.summary import build_summary, median_rows
 from loopserve.runs.sweep import grid_values, reference_point
 from loopserve.schema import load_scenario
@@ -45,7 +45,7 @@ def test_runs_interleave_arms_within_each_repeat(tmp_path: Path) -> None:
     arms = ["atomic", "per_depth", "mixed"]
     assert order == [(p, r, a) for p in (0, 1) for r in (0, 1) for a in arms]
     # repeats draw new workload seeds; arms of one repeat share them
-    assert {r.seed for r in plan.runs if r.repeat == 1} == {scn.seed + 1}
+    assert {r.seed for r in plan.runs if r.repeat == 1} == {repeat_seed(scn.seed, 1)}
     assert plan.runs[0].cfg.scheduler.arm == "atomic"
 
 

@@ -1,5 +1,9 @@
 """Plan a scenario's runs: every sweep point x repeat x arm, interleaved (r0: A0 A1 A2, r1: ...).
 
+Repeats are independent replications: repeat r of every point runs on ``repeat_seed(seed, r)``
+(its workload draws, sampled tokens and exit signals), the same seed for every arm of that
+repeat so the arms stay paired.
+
 ``plan_runs`` resolves and validates everything first (points, one ``EngineConfig`` per arm
 and point, cost models, workload sources), so bad input fails before any run or file;
 ``loopserve.runs.loop`` then runs the plan on its target.
@@ -10,6 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from engine.core.config import EngineConfig, ModelShape
+from engine.core.exits import stable_seed
 from engine.core.records import ArrivalSource
 from engine.core.shapes import MODEL_SHAPES
 from loopserve.errors import UserError
@@ -67,10 +72,17 @@ def plan_runs(scn: Scenario, target: str) -> Plan:
         for repeat in range(scn.repeats):
             for arm in scn.arms:
                 plan.runs.append(
-                    RunSpec(arm, point.point_id, repeat, scn.seed + repeat,
+                    RunSpec(arm, point.point_id, repeat, repeat_seed(scn.seed, repeat),
                             configs[point.point_id, arm])
                 )
     return plan
+
+
+def repeat_seed(seed: int, repeat: int) -> int:
+    """The seed of repeat ``repeat``: the scenario's own seed for repeat 0 (so a one-repeat
+    run is that seed's run), else a hash of (seed, repeat), so no two (seed, repeat) pairs
+    share draws (``seed + repeat`` would make seed 0's repeat 1 seed 1's repeat 0)."""
+    return seed if repeat == 0 else stable_seed(seed, "repeat", repeat) >> 1
 
 
 def run_source(scn: Scenario, seed: int, shape: ModelShape) -> ArrivalSource:

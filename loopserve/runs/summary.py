@@ -1,7 +1,8 @@
 """summary.json rows (DESIGN.md §11): one per run, and medians per (arm, point) over repeats.
 
 Medians use the valid repeats when there are any (an invalid run is reported, never silently
-mixed into the comparison), else all repeats. For the simulator ``wall_s`` is null here so
+mixed into the comparison), else all repeats. Every median carries its spread over those
+repeats (``spread``, mirroring the metrics' keys: ``loopserve.runs.spread``). For the simulator ``wall_s`` is null here so
 the file stays byte-identical across runs; the measured wall time goes to env.json.
 """
 
@@ -16,6 +17,7 @@ import numpy as np
 from loopserve.runs.loop import RunResult
 from loopserve.runs.metrics import Metrics
 from loopserve.runs.plan import Plan
+from loopserve.runs.spread import METHOD, Spread, spreads
 from loopserve.runs.sweep import PointRow
 
 # Summary fields that are not metrics (copied, never averaged).
@@ -35,7 +37,9 @@ class RunRow(Metrics):
 
 
 class MedianRow(Metrics):
-    """One ``medians`` entry: per (point, arm), every metric's median over the repeats."""
+    """One ``medians`` entry: per (point, arm), every metric's median over the repeats, and
+    ``spread``: each median's spread, keyed as the metrics are (``spread["itl_ms"]["p99"]``,
+    ``spread["output_tok_s"]``)."""
 
     arm: str
     target: str
@@ -45,14 +49,16 @@ class MedianRow(Metrics):
     valid: bool
     invalid_reason: str | None
     wall_s: float | None
+    spread: dict[str, Spread | dict[str, Spread]]
 
 
 class Summary(TypedDict):
-    """The whole summary.json document."""
+    """The whole summary.json document (``spread_method`` says how spreads are computed)."""
 
     points: list[PointRow]
     runs: list[RunRow]
     medians: list[MedianRow]
+    spread_method: str
 
 
 def run_row(result: RunResult, target: str) -> RunRow:
@@ -100,14 +106,19 @@ def _median_row(group: list[RunRow]) -> MedianRow:
             f"repeat {r['repeat']}: {r['invalid_reason']}" for r in group if not r["valid"]
         ) or None,
     }
+    spread: dict[str, object] = {}
     for key, value in first.items():
         if key in KEY_FIELDS:
             continue
         if isinstance(value, dict):
-            row[key] = {k: _median(_item(r[key], k) for r in use) for k in value}
+            cols = {k: [_item(r[key], k) for r in use] for k in value}
+            row[key] = {k: _median(col) for k, col in cols.items()}
+            spread[key] = dict(zip(cols, spreads(list(cols.values())), strict=True))
         else:
             row[key] = _median(r[key] for r in use)
-    return cast(MedianRow, row)  # the run rows' keys, in their order
+            spread[key] = spreads([[r[key] for r in use]])[0]
+    row["spread"] = spread
+    return cast(MedianRow, row)  # the run rows' keys, in their order, then spread
 
 
 def _item(value: object, key: str) -> object:
@@ -145,4 +156,5 @@ def build_summary(plan: Plan, results: Sequence[RunResult]) -> Summary:
         "points": [p.row for p in plan.points],
         "runs": runs,
         "medians": median_rows(runs, plan.scenario.arms),
+        "spread_method": METHOD,
     }
