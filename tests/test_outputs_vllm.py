@@ -11,7 +11,12 @@ import pytest
 
 from engine.core.records import RequestRecord, RunRecords
 from engine.core.results import TokenEvent
-from loopserve.outputs.vllm_run import run_vllm_result, slo_goodput, vllm_run_results
+from loopserve.outputs.vllm_run import (
+    ResultOptions,
+    run_vllm_result,
+    slo_goodput,
+    vllm_run_results,
+)
 from loopserve.runs.loop import RunResult
 from loopserve.schema.scenario import SloSpec
 
@@ -86,3 +91,15 @@ def test_a_run_with_no_finished_request_writes_nulls_not_nan() -> None:
     r = run_vllm_result(run, "sim", None)
     assert (r["completed"], r["failed"], r["request_throughput"]) == (0, 1, None)
     json.dumps(r, allow_nan=False)
+
+
+def test_options_choose_keys_and_goodput_flags_override_the_slo() -> None:
+    opts = ResultOptions(percentile_metrics=("e2el", "itl"), percentiles=(90.0, 99.9),
+                         goodput={"e2el": 200.0})
+    (r,) = vllm_run_results([three_requests()], "sim", SloSpec(ttft_p99_ms=1e-3), opts)
+    assert {k for k in r if k.endswith("_ms")} == {
+        f"{s}_{m}_ms" for s in ("mean", "median", "std", "p90", "p99.9") for m in ("e2el", "itl")}
+    # e2el: a 160 ms <= 200 (good), b 300 ms (not); the slo's 0.001 ms TTFT is not used
+    assert r["request_goodput"] == pytest.approx(1 / 1.8)
+    assert r["p99.9_e2el_ms"] == pytest.approx(160 + 140 * 0.999)  # between 160 and 300
+    assert r["p90_itl_ms"] == pytest.approx(20 + 20 * 0.9)  # a's gaps 20 and 40 ms

@@ -67,6 +67,36 @@ def parse_goodput(items: Sequence[str]) -> dict[str, float]:
     return out
 
 
+def parse_percentiles(text: str) -> tuple[float, ...]:
+    """``"50,90,99"`` -> ``(50.0, 90.0, 99.0)`` (repeats dropped); ValueError naming
+    ``--metric-percentiles`` unless every item is a number in [0, 100]."""
+    out: list[float] = []
+    for item in (part.strip() for part in text.split(",")):
+        try:
+            p = float(item)
+        except ValueError:
+            raise ValueError(f"--metric-percentiles: {item!r} is not a number; use e.g. "
+                             "50,90,99") from None
+        if not 0 <= p <= 100:
+            raise ValueError(f"--metric-percentiles: {item} is outside [0, 100]")
+        if p not in out:
+            out.append(p)
+    return tuple(out)
+
+
+def parse_metrics(text: str) -> tuple[str, ...]:
+    """``"ttft,itl"`` -> ``("ttft", "itl")`` (repeats dropped); ValueError naming
+    ``--percentile-metrics`` on an unknown or empty name."""
+    out: list[str] = []
+    for name in (part.strip() for part in text.split(",")):
+        if name not in METRICS:
+            raise ValueError(f"--percentile-metrics: unknown metric {name!r}; use "
+                             f"{','.join(METRICS)}")
+        if name not in out:
+            out.append(name)
+    return tuple(out)
+
+
 def _stats(values: list[float], percentiles: Sequence[float]) -> tuple[float, float, float,
                                                                        list[float]]:
     arr = np.asarray(values if values else [0.0], dtype=np.float64) * 1000.0

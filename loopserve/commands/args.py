@@ -24,3 +24,10 @@ def number(flag: str, text: str, low: float, *, integer: bool = False,
 
 def integer(flag: str, text: str, low: int) -> int:
     return int(number(flag, text, low, integer=True))
+
+
+def flag_error(err: ValueError, default: str) -> UserError:
+    """A ``ValueError("--flag: message")`` as the UserError naming that flag."""
+    flag, sep, message = str(err).partition(": ")
+    return UserError(flag, message) if sep and flag.startswith("--") else UserError(
+        default, str(err))

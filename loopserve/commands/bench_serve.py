@@ -21,8 +21,13 @@ from typing import Any
 from loopserve.bench import client
 from loopserve.bench.datasets import arrival_offsets, sample_random, sample_sharegpt
 from loopserve.bench.report import summary_table
-from loopserve.bench.results import parse_goodput, vllm_results
-from loopserve.commands.args import integer, number
+from loopserve.bench.results import (
+    parse_goodput,
+    parse_metrics,
+    parse_percentiles,
+    vllm_results,
+)
+from loopserve.commands.args import flag_error, integer, number
 from loopserve.errors import UserError
 from loopserve.outputs.files import atomic_write
 from loopserve.schema.build import model_shape
@@ -55,13 +60,6 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--result-file", help="write the result JSON here")
     p.add_argument("--no-progress", action="store_true", help="hide the progress bar")
     p.set_defaults(handler=main)
-
-
-def flag_error(err: ValueError, default: str) -> UserError:
-    """A ``ValueError("--flag: message")`` as the UserError naming that flag."""
-    flag, sep, message = str(err).partition(": ")
-    return UserError(flag, message) if sep and flag.startswith("--") else UserError(
-        default, str(err))
 
 
 def _tokenizer(name: str | None) -> Any:
@@ -99,9 +97,9 @@ def main(args: argparse.Namespace, argv: list[str]) -> int:
     burst = number("--burstiness", args.burstiness, 0)
     conc = None if args.max_concurrency is None else integer(
         "--max-concurrency", args.max_concurrency, 1)
-    metrics = [m.strip() for m in args.percentile_metrics.split(",") if m.strip()]
-    pcts = [number("--metric-percentiles", p, 0) for p in args.metric_percentiles.split(",")]
     try:
+        metrics = parse_metrics(args.percentile_metrics)
+        pcts = parse_percentiles(args.metric_percentiles)
         goodput = parse_goodput(args.goodput)
         model = args.model or asyncio.run(client.served_model(args.base_url))
     except ValueError as err:
@@ -118,11 +116,8 @@ def main(args: argparse.Namespace, argv: list[str]) -> int:
     outcomes, duration = asyncio.run(client.run(
         args.base_url, model, requests, offsets, max_concurrency=conc,
         ignore_eos=args.ignore_eos, progress=not args.no_progress))
-    try:
-        result = vllm_results(outcomes, duration, percentile_metrics=metrics,
-                              percentiles=pcts, goodput=goodput or None)
-    except ValueError as err:
-        raise flag_error(err, "--percentile-metrics") from None
+    result = vllm_results(outcomes, duration, percentile_metrics=metrics,
+                          percentiles=pcts, goodput=goodput or None)
     result.update({"backend": "openai", "endpoint_type": "openai", "model_id": model,
                    "tokenizer_id": getattr(tok, "name", "bytes"), "num_prompts": len(requests),
                    "request_rate": "inf" if math.isinf(rate) else rate, "burstiness": burst,

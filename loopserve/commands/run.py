@@ -13,11 +13,12 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
+from loopserve.commands.result_flags import add_result_flags, result_options
 from loopserve.errors import UserError
 from loopserve.outputs import env_info, files, records
 from loopserve.outputs.rundata import load_run
 from loopserve.outputs.trace import write_trace
-from loopserve.outputs.vllm_run import vllm_run_results
+from loopserve.outputs.vllm_run import ResultOptions, vllm_run_results
 from loopserve.report.page import write_run_report
 from loopserve.runs import interrupts
 from loopserve.runs.exit_source import exit_models
@@ -44,6 +45,7 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         r.add_argument("--set", dest="sets", action="append", default=[], metavar="KEY=VALUE",
                        help="override a dotted field, value parsed as YAML (repeatable)")
         r.add_argument("--no-progress", action="store_true", help="hide the progress bar")
+        add_result_flags(r)
         r.set_defaults(handler=main, require_sweep=name == "sweep")
 
 
@@ -56,6 +58,7 @@ def main(args: argparse.Namespace, argv: list[str]) -> int:
 
 def _main(args: argparse.Namespace, argv: list[str]) -> int:
     started = time.time()
+    options = result_options(args)
     scn = load_scenario(args.scenario, args.sets)
     if args.require_sweep and not scn.is_sweep:
         raise UserError("sweep", "missing; `loopserve sweep` needs a sweep or variants section "
@@ -66,22 +69,23 @@ def _main(args: argparse.Namespace, argv: list[str]) -> int:
     # real engine's loop is Python and stops at once.
     with interrupts.deferred() if plan.target == "sim" else contextlib.nullcontext():
         results = execute(plan, progress=not args.no_progress)
-    report = write_run(dest, plan, results, argv=argv, started_s=started)
+    report = write_run(dest, plan, results, argv=argv, started_s=started, options=options)
     print(medians_table(dest, plan.reference_point_id, len(plan.points)))
     print(f"report: {report}")
     return 0
 
 
 def write_run(dest: Path, plan: Plan, runs: Sequence[RunResult], *, argv: list[str],
-              started_s: float) -> Path:
-    """Write every output file into a staging folder, render the report, rename to dest."""
+              started_s: float, options: ResultOptions | None = None) -> Path:
+    """Write every output file into a staging folder, render the report, rename to dest;
+    ``options``: vllm_results.json's metrics, percentiles and goodput SLOs."""
     scn = plan.scenario
     with files.staged_dir(dest) as tmp:
         files.write_scenario(tmp / "scenario.yaml", scn)
         records.write_records(tmp, runs)
         files.write_json(tmp / "summary.json", build_summary(plan, runs))
         files.write_json(tmp / "vllm_results.json",
-                         vllm_run_results(runs, plan.target, scn.slo))
+                         vllm_run_results(runs, plan.target, scn.slo, options))
         write_trace(tmp / "trace.json.gz", runs, scn.arms, {plan.reference_point_id})
         timing = [{"arm": r.spec.arm, "point_id": r.spec.point_id, "repeat": r.spec.repeat,
                    "wall_s": round(r.records.wall_s, 6)} for r in runs]
