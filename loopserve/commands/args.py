@@ -17,7 +17,7 @@ def number(flag: str, text: str, low: float, *, integer: bool = False,
         kind = "an integer" if integer else "a number"
         raise UserError(flag, f"{text!r} is not {kind}") from None
     if math.isnan(value) or (math.isinf(value) and not allow_inf) or value < low:
-        raise UserError(flag, f"must be a {'n integer' if integer else ' number'} >= {low:g}"
+        raise UserError(flag, f"must be {'an integer' if integer else 'a number'} >= {low:g}"
                         f"{' or inf' if allow_inf else ''}, got {text}")
     return value
 

@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from loopserve.commands.result_flags import add_result_flags, result_options
+from loopserve.commands.args import integer
 from loopserve.errors import UserError
 from loopserve.outputs import env_info, files, records
 from loopserve.outputs.rundata import load_run
@@ -25,6 +26,7 @@ from loopserve.runs.exit_source import exit_models
 from loopserve.runs.loop import RunResult, execute
 from loopserve.runs.metrics import metric
 from loopserve.runs.plan import TARGETS, Plan, plan_runs
+from loopserve.runs.ray_runs import RayOptions, execute_on_ray, require_ray
 from loopserve.runs.summary import build_summary
 from loopserve.schema import load_scenario
 
@@ -46,6 +48,11 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
                        help="override a dotted field, value parsed as YAML (repeatable)")
         r.add_argument("--no-progress", action="store_true", help="hide the progress bar")
         add_result_flags(r)
+        r.add_argument("--workers", metavar="N",
+                       help="simulator: run the sweep's runs as Ray tasks on a local Ray of N "
+                       "CPUs (needs loopserve[ray]); results identical to the sequential run")
+        r.add_argument("--ray-address", metavar="ADDR",
+                       help="simulator: run the sweep's runs on the Ray cluster at ADDR")
         r.set_defaults(handler=main, require_sweep=name == "sweep")
 
 
@@ -63,16 +70,35 @@ def _main(args: argparse.Namespace, argv: list[str]) -> int:
     if args.require_sweep and not scn.is_sweep:
         raise UserError("sweep", "missing; `loopserve sweep` needs a sweep or variants section "
                         "(or use `loopserve run`)")
+    ray = ray_options(args)
     plan = plan_runs(scn, args.target)
     dest = files.run_destination(args.out, RESULTS_ROOT / scn.name, args.target)
     # Deferred on the simulator only: its compiled driver must not see KeyboardInterrupt; the
     # real engine's loop is Python and stops at once.
     with interrupts.deferred() if plan.target == "sim" else contextlib.nullcontext():
-        results = execute(plan, progress=not args.no_progress)
+        results = (execute(plan, progress=not args.no_progress) if ray is None
+                   else execute_on_ray(plan, ray, progress=not args.no_progress))
     report = write_run(dest, plan, results, argv=argv, started_s=started, options=options)
     print(medians_table(dest, plan.reference_point_id, len(plan.points)))
     print(f"report: {report}")
     return 0
+
+
+def ray_options(args: argparse.Namespace) -> RayOptions | None:
+    """``--workers`` / ``--ray-address`` checked before any work: simulator only, not both,
+    Ray installed; None to run in this process."""
+    if args.workers is None and args.ray_address is None:
+        return None
+    flag = "--ray-address" if args.ray_address is not None else "--workers"
+    if args.workers is not None and args.ray_address is not None:
+        raise UserError("--workers", "starts a local Ray; with --ray-address the cluster's "
+                        "CPUs are used (give one of the two)")
+    if args.target != "sim":
+        raise UserError(flag, f"target {args.target} runs one run at a time on its one device; "
+                        "drop the flag (Ray runs simulated sweeps only)")
+    workers = None if args.workers is None else integer("--workers", args.workers, 1)
+    require_ray(flag)
+    return RayOptions(workers=workers, address=args.ray_address)
 
 
 def write_run(dest: Path, plan: Plan, runs: Sequence[RunResult], *, argv: list[str],

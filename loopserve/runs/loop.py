@@ -1,6 +1,7 @@
 """Run a plan: every planned run in order on its target, under a progress bar, each checked
-for validity and summarised (``execute``); ``each_run`` is the loop itself, shared with
-``loopserve fidelity``'s two worlds."""
+for validity and summarised (``execute``; on the simulator optionally as Ray tasks,
+``loopserve.runs.ray_runs``); ``each_run`` is the loop itself, shared with ``loopserve
+fidelity``'s two worlds."""
 
 from __future__ import annotations
 
@@ -88,14 +89,16 @@ def each_run(plan: Plan, run_one: Callable[[SweepPoint, RunSpec], T], *,
     return out
 
 
+def run_checked(plan: Plan, target: Target, point: SweepPoint, spec: RunSpec) -> RunResult:
+    """One planned run on ``target``, checked for validity and summarised."""
+    records = target.run(spec, run_source(point.scenario, spec.seed, plan.shape))
+    return RunResult(spec, records, check(records, spec.arm),
+                     summarize(records, plan.shape.num_depths))
+
+
 def execute(plan: Plan, *, progress: bool = True) -> list[RunResult]:
-    """Run every planned run in order (``each_run``), each checked and summarised."""
+    """Every planned run in order (``each_run``), each checked and summarised
+    (``ray_runs.execute_on_ray`` gives the same results from Ray tasks)."""
     target = target_of(plan)
-
-    def one(point: SweepPoint, spec: RunSpec) -> RunRecords:
-        return target.run(spec, run_source(point.scenario, spec.seed, plan.shape))
-
-    runs = each_run(plan, one, progress=progress)
-    return [RunResult(spec, records, check(records, spec.arm),
-                      summarize(records, plan.shape.num_depths))
-            for spec, records in zip(plan.runs, runs, strict=True)]
+    return each_run(plan, lambda point, spec: run_checked(plan, target, point, spec),
+                    progress=progress)

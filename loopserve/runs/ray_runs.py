@@ -1,0 +1,163 @@
+"""A simulated sweep's runs as Ray tasks: ``--workers N`` (a local Ray of N CPUs, started and
+shut down around the runs) or ``--ray-address ADDR`` (an existing cluster).
+
+Each task is one planned run (arm x point x repeat). A worker rebuilds the plan from the
+scenario once per sweep (cost models hold compiled objects that do not pickle; planning is
+deterministic and takes milliseconds), runs, checks and summarises its run like the
+sequential loop (``loop.run_checked``) and returns the ``RunResult``; records cross the
+process boundary as columns (``loopserve.runs.wire``). The driver gathers the results in plan
+order, so everything written from them is byte-identical to a sequential run. Workers need
+the same loopserve and see the same files (the cost profile, a trace workload) at the same
+paths: on a local Ray they share the driver's working directory and environment.
+
+Ray is an optional extra (``pip install 'loopserve[ray]'``): asking for it without it
+installed is a one-line error before any work.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from types import ModuleType
+from typing import Any
+
+from tqdm import tqdm
+
+from loopserve.errors import UserError
+from loopserve.runs import interrupts, wire
+from loopserve.runs.loop import RunResult, run_checked, sim_target
+from loopserve.runs.plan import Plan, plan_runs
+from loopserve.schema.scenario import Scenario
+from loopserve.targets.sim import SimTarget
+
+INSTALL_HINT = "pip install 'loopserve[ray]'"
+WAIT_S = 0.2  # how often the driver looks for a signal while tasks run
+
+
+@dataclass(frozen=True)
+class RayOptions:
+    """Where the tasks run: a local Ray of ``workers`` CPUs, or the cluster at ``address``."""
+
+    workers: int | None = None
+    address: str | None = None
+
+    @property
+    def flag(self) -> str:
+        return "--ray-address" if self.address is not None else "--workers"
+
+    @property
+    def where(self) -> str:
+        return f"ray {self.address}" if self.address is not None else f"ray x{self.workers}"
+
+
+def require_ray(flag: str) -> ModuleType:
+    """The ``ray`` module, or a UserError naming ``flag`` and how to install it."""
+    try:
+        import ray
+    except ImportError:
+        raise UserError(flag, f"needs Ray, which is not installed: {INSTALL_HINT} "
+                        "(or drop the flag to run the sweep in this process)") from None
+    return ray
+
+
+@contextmanager
+def ray_session(opts: RayOptions) -> Iterator[ModuleType]:
+    """Ray started (or connected) for the block and always shut down after it, error or
+    signal included; a Ray this process already started is used as it is and left running.
+    The driver's SIGINT/SIGTERM handlers are kept: ``ray.init`` installs its own."""
+    ray = require_ray(opts.flag)
+    if ray.is_initialized():
+        yield ray
+        return
+    kept = {s: signal.getsignal(s) for s in interrupts.SIGNALS}
+    kwargs: dict[str, Any] = {"include_dashboard": False, "log_to_driver": False,
+                              "configure_logging": False}
+    if opts.address is not None:
+        kwargs["address"] = opts.address
+    else:
+        kwargs["num_cpus"] = opts.workers  # local workers inherit env and sys.path
+    try:
+        ray.init(**kwargs)
+    except (ConnectionError, ValueError, RuntimeError) as err:
+        for s, h in kept.items():
+            signal.signal(s, h)
+        raise UserError(opts.flag, f"could not start Ray: {' '.join(str(err).split())}") \
+            from None
+    try:
+        for s, h in kept.items():
+            signal.signal(s, h)
+        yield ray
+    finally:
+        ray.shutdown()
+
+
+@dataclass(frozen=True)
+class _Failed:
+    """A run's ValueError, carried back to the driver to become its one-line UserError."""
+
+    message: str
+
+
+_plans: dict[str, tuple[Plan, SimTarget]] = {}  # per worker process: sweep token -> plan
+
+
+def run_task(token: str, scenario: Scenario, cwd: str, index: int,
+             expect: tuple[str, int, int, int]) -> RunResult | _Failed:
+    """Planned run ``index`` of the scenario's simulated plan (the body of a Ray task);
+    ``expect`` is the driver's (arm, point_id, repeat, seed) of that run."""
+    wire.register()
+    if token not in _plans:
+        if os.path.isdir(cwd):
+            os.chdir(cwd)  # relative paths in the scenario resolve as in the driver
+        _plans.clear()
+        plan = plan_runs(scenario, "sim")
+        _plans[token] = (plan, sim_target(plan))
+    plan, target = _plans[token]
+    spec = plan.runs[index]
+    if (spec.arm, spec.point_id, spec.repeat, spec.seed) != expect:
+        raise RuntimeError(f"run {index} planned differently in the worker: "
+                           f"{(spec.arm, spec.point_id, spec.repeat, spec.seed)} != {expect}")
+    point = next(p for p in plan.points if p.point_id == spec.point_id)
+    try:
+        return run_checked(plan, target, point, spec)
+    except ValueError as err:
+        return _Failed(str(err))
+
+
+def execute_on_ray(plan: Plan, opts: RayOptions, *, progress: bool = True) -> list[RunResult]:
+    """Every planned run of a simulated plan as a Ray task, results in plan order."""
+    if plan.target != "sim":
+        raise UserError(opts.flag, f"target {plan.target} runs one run at a time on its one "
+                        "device; drop the flag (Ray runs simulated sweeps only)")
+    with ray_session(opts) as ray:
+        task = ray.remote(run_task)
+        token = uuid.uuid4().hex
+        scn_ref = ray.put(plan.scenario)
+        refs = [task.remote(token, scn_ref, os.getcwd(), i,
+                            (s.arm, s.point_id, s.repeat, s.seed))
+                for i, s in enumerate(plan.runs)]
+        index = {ref: i for i, ref in enumerate(refs)}
+        done: dict[int, RunResult | _Failed] = {}
+        pending = list(refs)
+        with tqdm(total=len(refs), desc=f"{plan.scenario.name} [sim, {opts.where}]",
+                  unit="run", file=sys.stderr, disable=not progress, leave=False) as bar:
+            while pending:
+                interrupts.check()
+                ready, pending = ray.wait(pending, num_returns=len(pending), timeout=WAIT_S)
+                for ref in ready:
+                    done[index[ref]] = ray.get(ref)
+                bar.update(len(ready))
+        interrupts.check()
+    out = []
+    for spec, result in zip(plan.runs, (done[i] for i in range(len(refs))), strict=True):
+        if isinstance(result, _Failed):
+            raise UserError.from_value_error(
+                ValueError(result.message), "workload",
+                f"arm {spec.arm}, point {spec.point_id}, repeat {spec.repeat}")
+        out.append(result)
+    return out
