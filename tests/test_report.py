@@ -52,8 +52,9 @@ def test_report_side_by_side_of_two_runs(
     html = (out / "report.html").read_text()
     assert external_refs(html) == []
     # one medians row per (run, arm), labelled by run
-    assert len(re.findall(r"<td class=\"l\">run_a</td><td class=\"l\">", html)) == 3
-    assert len(re.findall(r"<td class=\"l\">run_b</td><td class=\"l\">", html)) == 3
+    medians = html.split("<h2>Per-arm medians</h2>")[1].split("<h2>")[0]
+    assert len(re.findall(r"<td class=\"l\">run_a</td><td class=\"l\">", medians)) == 3
+    assert len(re.findall(r"<td class=\"l\">run_b</td><td class=\"l\">", medians)) == 3
     assert sorted(p.name for p in out.iterdir()) == ["report.html"]
     # without --out the report goes to the first run folder
     assert main(["report", str(a), str(b)]) == 0

@@ -1,8 +1,10 @@
-"""Report figures (matplotlib, Agg): ITL CDF, TTFT per arm and metrics against swept fields.
+"""Report figures (matplotlib, Agg): TTFT per arm, metrics against swept fields, and what they
+share (colours, styles, each run's own SLO lines). The ITL tail lives in
+``loopserve.report.itl``.
 
 Every figure takes one or more ``RunData``; with several runs each series is labelled
-``run: arm`` and runs differ by line style, arms by colour. The step timeline lives in
-``loopserve.report.timeline``.
+``run: arm`` and runs differ by line style, arms by colour; each run's SLO is its own. The
+step timeline lives in ``loopserve.report.timeline``.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from loopserve.runs.metrics import metric  # noqa: E402
 ARM_COLORS = {"atomic": "#c0392b", "per_depth": "#e69f00", "mixed": "#0072b2"}
 ARM_MARKERS = {"atomic": "s", "per_depth": "^", "mixed": "o"}
 RUN_STYLES = ("-", "--", ":", "-.")
+SLO_STYLES: tuple[Any, ...] = ("--", ":", "-.", (0, (6, 2, 1, 2)))
 _PLAIN = FuncFormatter(lambda v, _pos: f"{v:g}")
 # (summary key, sub-key or None, axis label, higher is better)
 SWEEP_METRICS = (
@@ -48,6 +51,19 @@ def arm_color(arm: str) -> str:
     return ARM_COLORS.get(arm, "#555555")
 
 
+def slo_lines(runs: Sequence[RunData], key: str, name: str) -> list[tuple[str, float, Any]]:
+    """(label, value, line style) of each run's own SLO ``key`` (e.g. ``itl_p99_ms``): one
+    line when every run has the same value, else one per run that has it, named by run."""
+    values = [(i, run, (run.scenario.get("slo") or {}).get(key)) for i, run in enumerate(runs)]
+    have = [(i, run, float(v)) for i, run, v in values if v]
+    if not have:
+        return []
+    if len(have) == len(runs) and len({v for _, _, v in have}) == 1:
+        return [(f"SLO {name} {have[0][2]:g} ms", have[0][2], SLO_STYLES[0])]
+    return [(f"{run.label}: SLO {name} {v:g} ms", v, SLO_STYLES[i % len(SLO_STYLES)])
+            for i, run, v in have]
+
+
 def plain_log(ax: Axes, axis: str) -> None:
     """Log scale with tick labels as plain numbers (20, 50, 100) instead of 2x10^1."""
     target = ax.xaxis if axis == "x" else ax.yaxis
@@ -55,14 +71,6 @@ def plain_log(ax: Axes, axis: str) -> None:
     target.set_major_formatter(_PLAIN)
     target.set_minor_formatter(FuncFormatter(
         lambda v, _pos: f"{v:g}" if f"{v:g}"[0] in "25" else ""))
-
-
-def itl_ms(tokens: pd.DataFrame, arm: str, point_id: int) -> np.ndarray:
-    """Every gap between consecutive tokens of a request, pooled over requests and repeats."""
-    df = tokens[(tokens["arm"] == arm) & (tokens["point_id"] == point_id)]
-    df = df.sort_values(["repeat", "request_id", "index"])
-    gaps = df.groupby(["repeat", "request_id"], sort=False)["time_s"].diff().dropna()
-    return np.asarray(gaps.to_numpy(dtype=float) * 1e3)
 
 
 def ttft_ms(requests: pd.DataFrame, arm: str, point_id: int) -> tuple[np.ndarray, np.ndarray]:
@@ -73,37 +81,9 @@ def ttft_ms(requests: pd.DataFrame, arm: str, point_id: int) -> tuple[np.ndarray
     return ttft, df["injected"].astype(bool).to_numpy()
 
 
-def itl_cdf_figure(runs: Sequence[RunData], slo: dict[str, Any] | None) -> Figure:
-    """Empirical CDF of ITL per arm (log x) at each run's reference point."""
-    fig, ax = plt.subplots(figsize=(8, 4.5))
-    multi = len(runs) > 1
-    for i, run in enumerate(runs):
-        for arm in run.arms:
-            gaps = np.sort(itl_ms(run.tokens, arm, run.reference_point_id))
-            gaps = gaps[gaps > 0]
-            if not gaps.size:
-                continue
-            p50, p99 = np.percentile(gaps, [50, 99])
-            y = np.arange(1, gaps.size + 1) / gaps.size
-            ax.step(gaps, y, where="post", color=arm_color(arm),
-                    linestyle=RUN_STYLES[i % len(RUN_STYLES)], linewidth=1.6,
-                    label=f"{run.series_label(arm, multi)}  (p50 {p50:.3g}, p99 {p99:.3g} ms)")
-    plain_log(ax, "x")
-    ax.set_xlabel("inter-token latency (ms, log scale)")
-    ax.set_ylabel("fraction of gaps ≤ x")
-    ax.set_ylim(0, 1.01)
-    ax.axhline(0.99, color="#999999", linewidth=0.8, linestyle=":")
-    if slo and slo.get("itl_p99_ms"):
-        ax.axvline(slo["itl_p99_ms"], color="black", linestyle="--", linewidth=1,
-                   label=f"SLO ITL p99 {slo['itl_p99_ms']:g} ms")
-    ax.grid(True, which="both", alpha=0.3)
-    ax.legend(fontsize=8, loc="lower right")
-    ax.set_title("ITL CDF per arm (all repeats pooled)")
-    return fig
-
-
-def ttft_figure(runs: Sequence[RunData], slo: dict[str, Any] | None) -> Figure:
-    """TTFT per arm: a box over every request, points for each, injected prompts marked."""
+def ttft_figure(runs: Sequence[RunData]) -> Figure:
+    """TTFT per arm: a box over every request, points for each, injected prompts marked; each
+    run's own TTFT SLO."""
     multi = len(runs) > 1
     series = [(run, arm) for run in runs for arm in run.arms]
     fig, ax = plt.subplots(figsize=(max(6.0, 1.6 * len(series) + 2), 4.5))
@@ -128,9 +108,8 @@ def ttft_figure(runs: Sequence[RunData], slo: dict[str, Any] | None) -> Figure:
     ax.set_xticks(range(len(series)), labels, rotation=15 if multi else 0)
     plain_log(ax, "y")
     ax.set_ylabel("TTFT (ms, log scale)")
-    if slo and slo.get("ttft_p99_ms"):
-        ax.axhline(slo["ttft_p99_ms"], color="black", linestyle="--", linewidth=1,
-                   label=f"SLO TTFT p99 {slo['ttft_p99_ms']:g} ms")
+    for label, value, style in slo_lines(runs, "ttft_p99_ms", "TTFT p99"):
+        ax.axhline(value, color="black", linestyle=style, linewidth=1, label=label)
     ax.grid(True, axis="y", which="both", alpha=0.3)
     ax.legend(fontsize=8)
     ax.set_title("TTFT per arm (all repeats)")
@@ -147,8 +126,9 @@ def swept_fields(run: RunData) -> list[str]:
     return [f for f in fields if len({repr(p["values"].get(f)) for p in run.points}) > 1]
 
 
-def sweep_figure(runs: Sequence[RunData], field: str, slo: dict[str, Any] | None) -> Figure:
-    """ITL p99, TTFT p50 and output tok/s against one swept field, one line per arm.
+def sweep_figure(runs: Sequence[RunData], field: str) -> Figure:
+    """ITL p99, TTFT p50 and output tok/s against one swept field, one line per arm, y axes
+    from zero, each run's own ITL SLO on the ITL panel.
 
     The other swept fields stay at the reference point's values (a slice through it).
     """
@@ -179,8 +159,10 @@ def sweep_figure(runs: Sequence[RunData], field: str, slo: dict[str, Any] | None
         ax.set_xlabel(field)
         ax.set_title(f"{label} ({'higher' if higher else 'lower'} is better)", fontsize=10)
         ax.grid(True, alpha=0.3)
-        if key == "itl_ms" and slo and slo.get("itl_p99_ms"):
-            ax.axhline(slo["itl_p99_ms"], color="black", linestyle="--", linewidth=1)
+        if key == "itl_ms":
+            for slo_label, value, style in slo_lines(runs, "itl_p99_ms", "ITL p99"):
+                ax.axhline(value, color="black", linestyle=style, linewidth=1, label=slo_label)
+        ax.set_ylim(bottom=0)  # a difference of 10% should look like 10%
     axes[0].legend(fontsize=8)
     fig.tight_layout()
     return fig
