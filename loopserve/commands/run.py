@@ -13,8 +13,8 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from loopserve.commands.result_flags import add_result_flags, result_options
 from loopserve.commands.args import integer
+from loopserve.commands.result_flags import add_result_flags, result_options
 from loopserve.errors import UserError
 from loopserve.outputs import env_info, files, records
 from loopserve.outputs.rundata import load_run
