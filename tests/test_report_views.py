@@ -127,6 +127,10 @@ def test_itl_tail_is_one_minus_cdf_on_log_axes() -> None:
     assert ax.get_xscale() == "log" and ax.get_yscale() == "log"
     labels = [t.get_text() for t in ax.get_xticklabels()]
     assert {"3", "4", "10"} <= set(labels), labels
+    fig = ax.figure
+    fig.canvas.draw()  # type: ignore[union-attr]
+    ylabels = {t.get_text() for t in ax.get_yticklabels()}
+    assert {"1", "0.1", "0.01", "0.001"} <= ylabels and all(len(t) <= 8 for t in ylabels)
     line = ax.get_lines()[0]
     y = np.asarray(line.get_ydata())
     assert y[0] == 1.0 and y[-1] == pytest.approx(1 / 1000)  # the tail reaches 1/n

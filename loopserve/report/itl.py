@@ -57,7 +57,7 @@ def log_ticks(low: float, high: float) -> list[float]:
 
 def _plain(v: float, _pos: object = None) -> str:
     """0.001 and 15 rather than 1e-03 and 1.5x10^1."""
-    return str(np.format_float_positional(v, trim="-"))
+    return str(np.format_float_positional(float(f"{v:.6g}"), trim="-"))
 
 
 def itl_percentiles(run: RunData, arm: str) -> list[float] | None:
