@@ -145,10 +145,11 @@ def test_cost_model_header_text() -> None:
                                            "profile_sha256": None, "hardware": "h200"}}) == (
         "roofline, hardware h200")
     assert cost_model_text({"cost_model": {
-        "kind": "calibrated", "profile": "results/profiles/h200-ouro-1.4b.json",
+        "kind": "calibrated", "requested": "auto",
+        "profile": "results/profiles/h200-ouro-1.4b.json",
         "profile_sha256": "0123456789abcdef", "hardware": "h200"}}) == (
-        "calibrated, profile results/profiles/h200-ouro-1.4b.json (sha256 0123456789ab), "
-        "hardware h200")
+        "calibrated (requested auto), profile results/profiles/h200-ouro-1.4b.json (sha256 "
+        "0123456789ab), hardware h200")
 
 
 def test_the_run_report_has_headline_glossary_and_cost_model(

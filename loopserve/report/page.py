@@ -77,6 +77,8 @@ def cost_model_text(summary: Any) -> str:
     if not isinstance(cm, dict) or not cm.get("kind"):
         return "unknown"
     parts = [str(cm["kind"])]
+    if cm.get("requested") and cm["requested"] != cm["kind"]:
+        parts[0] += f" (requested {cm['requested']})"
     if cm.get("profile"):
         sha = cm.get("profile_sha256")
         parts.append(f"profile {cm['profile']}" + (f" (sha256 {str(sha)[:12]})" if sha else ""))
