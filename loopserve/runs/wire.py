@@ -4,8 +4,9 @@ The mypyc-compiled classes of ``engine.core`` (``StepRecord``, ``TokenEvent``,
 ``RequestRecord``, ``PrefixCacheStats``, ``RunRecords``) cannot be pickled as they are: their
 constructors take every field, which pickle's default reconstruction does not pass. Calling
 ``register`` (done on import) adds ``copyreg`` reducers: a record rebuilds from its fields in
-order, and ``RunRecords`` travels as columns (one list per field of each row type), which
-pickles several times faster than one object per row. Ray's serializer (cloudpickle) reads
+order, and ``RunRecords`` travels as its constructor's fields, a list of records as one tuple
+of field values per row (pickled faster than one reduced object per row; tables already held
+as columns pickle as they are). Ray's serializer (cloudpickle) reads
 ``copyreg``'s table, so a Ray task can return a run's records.
 """
 
@@ -22,6 +23,10 @@ from engine.core.records import RequestRecord, RunRecords
 from engine.core.results import StepRecord, TokenEvent
 
 ROW_TYPES: tuple[type, ...] = (StepRecord, TokenEvent, RequestRecord, PrefixCacheStats)
+# RunRecords' constructor keywords (it is rebuilt from them; a table of columns that pickles
+# by itself travels as it is)
+RECORD_FIELDS = ("steps", "tokens", "requests", "batches", "wall_s", "invalid_reasons",
+                 "prefix_cache")
 
 
 class Rows(NamedTuple):
@@ -59,7 +64,7 @@ def _as_rows(value: Any) -> Any:
 
 
 def _reduce_records(rec: RunRecords) -> tuple[Any, tuple[dict[str, Any]]]:
-    return rebuild_records, ({n: _as_rows(getattr(rec, n)) for n in field_names(RunRecords)},)
+    return rebuild_records, ({n: _as_rows(getattr(rec, n)) for n in RECORD_FIELDS},)
 
 
 def rebuild_records(state: dict[str, Any]) -> RunRecords:
