@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from loopserve.cli import main
-from loopserve.runs import interrupts, wire
+from loopserve.runs import interrupts, ray_runs, wire
 from loopserve.runs.loop import execute
 from loopserve.runs.plan import plan_runs
 from loopserve.runs.ray_runs import RayOptions, ray_session
@@ -68,6 +68,7 @@ def test_records_survive_pickling(tmp_path: Path) -> None:
     (["--workers", "2", "--ray-address", "auto"], "--workers: starts a local Ray"),
     (["--workers", "2", "--target", "cpu"], "--workers: target cpu runs one run at a time"),
     (["--ray-address", "auto", "--target", "cuda"], "--ray-address: target cuda runs one"),
+    (["--ray-address", "127.0.0.1:1"], "--ray-address: cannot reach 127.0.0.1:1 ("),
 ])
 def test_bad_uses_are_one_line_errors(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], extra: list[str], message: str
@@ -127,7 +128,9 @@ def test_ray_session_shuts_down_and_keeps_signal_handlers(
     assert fake.calls == [("init", {"include_dashboard": False, "log_to_driver": False,
                                     "configure_logging": False, "num_cpus": 3}), "shutdown"]
     fake.calls.clear()
+    monkeypatch.setattr(ray_runs, "check_reachable", lambda address: fake.calls.append(address))
     with ray_session(RayOptions(address="ray://head:10001")):
         pass
+    assert fake.calls.pop(0) == "ray://head:10001"  # checked before ray.init
     assert fake.calls[0][1]["address"] == "ray://head:10001"
     assert "num_cpus" not in fake.calls[0][1] and fake.calls[1] == "shutdown"

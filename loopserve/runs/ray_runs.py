@@ -17,7 +17,9 @@ installed is a one-line error before any work.
 from __future__ import annotations
 
 import os
+import re
 import signal
+import socket
 import sys
 import uuid
 from collections.abc import Iterator
@@ -37,6 +39,7 @@ from loopserve.targets.sim import SimTarget
 
 INSTALL_HINT = "pip install 'loopserve[ray]'"
 WAIT_S = 0.2  # how often the driver looks for a signal while tasks run
+CONNECT_TIMEOUT_S = 5.0
 
 
 @dataclass(frozen=True)
@@ -65,6 +68,20 @@ def require_ray(flag: str) -> ModuleType:
     return ray
 
 
+def check_reachable(address: str, timeout_s: float = CONNECT_TIMEOUT_S) -> None:
+    """A ``host:port`` (or ``ray://host:port``) address must accept a TCP connection: Ray
+    itself retries an unreachable one for minutes. "auto" and other forms are left to Ray."""
+    m = re.fullmatch(r"(?:ray://)?\[?([^\]/]+?)\]?:(\d+)", address.strip())
+    if m is None:
+        return
+    try:
+        socket.create_connection((m.group(1), int(m.group(2))), timeout=timeout_s).close()
+    except OSError as err:
+        raise UserError("--ray-address", f"cannot reach {address} ({err.strerror or err}); "
+                        "give the address of a running Ray head (ray start --head), or "
+                        "--workers N for a local Ray") from None
+
+
 @contextmanager
 def ray_session(opts: RayOptions) -> Iterator[ModuleType]:
     """Ray started (or connected) for the block and always shut down after it, error or
@@ -78,6 +95,7 @@ def ray_session(opts: RayOptions) -> Iterator[ModuleType]:
     kwargs: dict[str, Any] = {"include_dashboard": False, "log_to_driver": False,
                               "configure_logging": False}
     if opts.address is not None:
+        check_reachable(opts.address)
         kwargs["address"] = opts.address
     else:
         kwargs["num_cpus"] = opts.workers  # local workers inherit env and sys.path
