@@ -185,3 +185,23 @@ def test_a_checkpoint_with_three_depths_is_measured_at_its_own_depths(tmp_path: 
     probes = probe_shapes(3).values()
     assert {r.depth for p in probes for r in p.decode} | {c.depth for p in probes
                                                           for c in p.prompts} == {0, 1, 2}
+
+
+def test_rig_batches_run_every_item(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The runner drops items whose request its core does not know (live_items); the rig's
+    synthetic requests must be known, or calibration and fidelity's probes time empty
+    batches (about 5 us)."""
+    shapes = shape_grid(QUICK)
+    cfg = config_for(TINY, shapes)
+    rig = CalibrationRig(build_runner("tiny", cfg), cfg)
+    ran: list[int] = []
+    inner = rig.runner._run
+    monkeypatch.setattr(rig.runner, "_run", lambda b: ran.append(len(b.items)) or inner(b))
+    for shape in shapes:
+        batch, live = rig.build(shape)
+        try:
+            rig.runner.execute(batch)
+        finally:
+            rig.release(live)
+        assert ran[-1] == len(batch.items) > 0, shape
+    assert not rig.core.requests  # released with their KV

@@ -28,7 +28,7 @@ from tqdm import tqdm
 from engine.core.batch import Batch, ItemKind, ScheduledItem
 from engine.core.config import CacheConfig, EngineConfig, ModelShape, SchedulerConfig
 from engine.core.engine_core import EngineCore
-from engine.core.request import PromptStateHandle, SamplingParams, Stage
+from engine.core.request import PromptStateHandle, Request, SamplingParams, Stage
 from engine.runner import ModelRunner
 from sim.cost.fit import contended
 from sim.cost.shape_grid import DecodeRow, PromptChunk, Shape, probe_shapes
@@ -137,6 +137,9 @@ class CalibrationRig:
         key = (f"cal-{next(self._ids)}", 0)
         if not self.kv.allocate(key, max(tokens, 1), max(tokens, 1)):
             raise RuntimeError(f"calibration rig: KV too small for {tokens} positions")
+        # Known to the bound core, or the runner drops the item as aborted (live_items) and
+        # times an empty batch.
+        self.core.requests[key[0]] = Request(key[0], [], SamplingParams(), 0.0)
         if written:
             for d in range(self.num_depths):
                 self.kv.mark_written(key, d, 0, written)
@@ -190,6 +193,7 @@ class CalibrationRig:
     def release(self, live: _Live) -> None:
         for key in live.keys:
             self.kv.free(key)
+            self.core.requests.pop(key[0], None)
             self.runner.decode_states.release(key)
         for handle in live.handles:
             self.runner.prompt_states.release(handle)
