@@ -22,15 +22,14 @@ row. ``implied_depths`` applies the core's own exit deciders to the rows. Torch-
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
 
-from pydantic import BaseModel, ConfigDict, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, model_validator
 
 from engine.core.config import ExitConfig
 from engine.core.exits import make_decider
+from sim.profile_file import read_versioned
 
 EXIT_PROFILE_FORMAT = "loopserve-exit-profile/1"
 
@@ -109,23 +108,8 @@ def load_exit_profile(source: str | Path | ExitProfile, where: str = "exit.profi
     """Read and validate; ValueError("<where>: PATH: reason") when unusable."""
     if isinstance(source, ExitProfile):
         return source
-    label = f"{where}: {source}"
-    try:
-        data: Any = json.loads(Path(source).read_text(encoding="utf-8"))
-    except OSError as exc:
-        raise ValueError(f"{label}: cannot read the file ({exc.strerror or exc})") from None
-    except json.JSONDecodeError as exc:
-        raise ValueError(f"{label}: not valid JSON (line {exc.lineno}); re-measure it with "
-                         "loopserve exit-profile") from None
-    if not isinstance(data, dict) or data.get("format") != EXIT_PROFILE_FORMAT:
-        found = data.get("format") if isinstance(data, dict) else type(data).__name__
-        raise ValueError(f"{label}: format is {found!r}, expected {EXIT_PROFILE_FORMAT!r}")
-    try:
-        return ExitProfile.model_validate(data)
-    except ValidationError as exc:
-        first = exc.errors()[0]
-        loc = ".".join(str(p) for p in first["loc"]) or "<root>"
-        raise ValueError(f"{label}: invalid exit profile: {loc}: {first['msg']}") from None
+    return read_versioned(source, ExitProfile, fmt=EXIT_PROFILE_FORMAT, where=where,
+                          what="exit profile", fix="re-measure it with loopserve exit-profile")
 
 
 def exit_profile_json(profile: ExitProfile) -> str:

@@ -42,13 +42,13 @@ Optional parts (absent in older files, which keep loading):
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, field_validator, model_validator
 
 from sim.cost.features import FEATURE_NAMES, STAGE_KINDS
+from sim.profile_file import read_versioned
 
 PROFILE_FORMAT = "loopserve-profile/1"
 StageKind = Literal["decode", "prompt", "mixed", "prefill", "prelude", "coda",
@@ -181,40 +181,12 @@ class Profile(BaseModel):
         return v
 
 
-def _one_line(err: ValidationError) -> str:
-    first = err.errors()[0]
-    loc = ".".join(str(p) for p in first["loc"]) or "<root>"
-    more = f" (+{err.error_count() - 1} more)" if err.error_count() > 1 else ""
-    return f"{loc}: {first['msg']}{more}"
-
-
 def load_profile(source: str | Path | dict[str, Any] | Profile) -> Profile:
     """Read and validate a profile; ValueError with a one-line reason if it is unusable."""
     if isinstance(source, Profile):
         return source
-    where = "cost.profile"
-    if isinstance(source, dict):
-        data: Any = source
-    else:
-        where = f"cost.profile: {source}"
-        try:
-            text = Path(source).read_text(encoding="utf-8")
-        except OSError as exc:
-            raise ValueError(f"{where}: cannot read the file ({exc.strerror or exc})") from None
-        try:
-            data = json.loads(text)
-        except json.JSONDecodeError as exc:
-            raise ValueError(
-                f"{where}: not valid JSON (line {exc.lineno}, column {exc.colno}: {exc.msg}); "
-                "the file is corrupt or truncated, re-run calibration"
-            ) from None
-    if not isinstance(data, dict) or data.get("format") != PROFILE_FORMAT:
-        found = data.get("format") if isinstance(data, dict) else type(data).__name__
-        raise ValueError(f"{where}: format is {found!r}, expected {PROFILE_FORMAT!r}")
-    try:
-        return Profile.model_validate(data)
-    except ValidationError as exc:
-        raise ValueError(f"{where}: invalid profile: {_one_line(exc)}") from None
+    return read_versioned(source, Profile, fmt=PROFILE_FORMAT, where="cost.profile",
+                          what="profile", fix="re-run calibration")
 
 
 def profile_json(profile: Profile) -> str:
