@@ -61,7 +61,13 @@ def test_quick_calibration_writes_a_valid_profile(calibrated: Path) -> None:
     shapes = [r for r in rows if r["source"] == "shape"]
     assert len(shapes) == len(shape_grid(QUICK))
     assert {r["kind"] for r in shapes} == KINDS
-    assert {r["source"] for r in rows} == {"shape", "host_gap", "in_situ"}
+    assert {r["source"] for r in rows} == {"shape", "host_gap", "in_situ", "extra"}
+    extra = [r for r in rows if r["source"] == "extra"]
+    assert {r["kind"] for r in extra} == {"signals", "finalize"}
+    assert all(float(r["measured_s"]) > 0 and r["predicted_s"] for r in extra)
+    # the adaptive-exit extras: fitted, and at least their fixed part costs something
+    assert prof.signals is not None and prof.finalize is not None
+    assert prof.finalize.predict({"finalize_copies": 1.0}) > 0
     assert all(float(r["measured_s"]) > 0 and r["predicted_s"] for r in shapes)
 
 

@@ -21,6 +21,7 @@ from engine.llm import build_runner
 from engine.model.alloc import default_dtype
 from engine.model.build import build_model
 from engine.realtime import run_realtime
+from loopserve.calibrate.extras import extra_cases, measure_extras
 from loopserve.calibrate.host_gap import (
     RecordingRunner,
     execute_samples,
@@ -155,6 +156,8 @@ def _calibrate(
     probe_before = time_probes(rig, repeats=3 if quick else 9)
     measured = measure_shapes(rig, shapes, repeats=repeats, seed=seed, progress=progress,
                               max_seconds=_SHAPES_SHARE * max_seconds)
+    extras = measure_extras(rig, extra_cases(model_shape.num_depths, quick),
+                            rounds=max(3, 2 * repeats), seed=seed)
     probe_after = time_probes(rig, repeats=3 if quick else 9)
     del rig, runner
     samples = [Sample(m.shape.kind, batch_features(m.batch), m.median_s, m.shape.held_out,
@@ -164,6 +167,8 @@ def _calibrate(
                                                         - (time.perf_counter() - started)))
     stages = fit_profile_stages(samples, STAGE_KINDS)
     gap = fit_stage("step_gap", trim_outliers(gaps), relative=False) if gaps else None
+    extra_fits = {k: r for k in ("signals", "finalize")
+                  if (r := fit_stage(k, extras, relative=False)) is not None}
     mape, worst = pooled_held_out(stages)
     contended = sum(len(m.contended) for m in measured)
     timed = contended + sum(len(m.times_s) for m in measured)
@@ -188,5 +193,8 @@ def _calibrate(
         format=PROFILE_FORMAT, hardware=hardware_name(device), model=model_label(model),
         provenance=prov, stages={k: r.fit for k, r in stages.items()},  # type: ignore[misc]
         step_gap=gap.fit if gap is not None else None,
+        signals=extra_fits["signals"].fit if "signals" in extra_fits else None,
+        finalize=extra_fits["finalize"].fit if "finalize" in extra_fits else None,
     )
-    return CalibrationResult(profile, stages, gap, samples, gaps, in_situ, elapsed)
+    return CalibrationResult(profile, stages, gap, samples, gaps, in_situ, elapsed,
+                             extras, extra_fits)

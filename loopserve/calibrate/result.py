@@ -20,11 +20,13 @@ class CalibrationResult:
     gap_samples: list[Sample] = field(default_factory=list)
     in_situ: list[Sample] = field(default_factory=list)
     seconds: float = 0.0
+    extras: list[Sample] = field(default_factory=list)  # adaptive-exit paired differences
+    extra_fits: dict[str, StageResult] = field(default_factory=dict)
 
     def predict(self, sample: Sample) -> float | None:
         """The profile's prediction for a sample (None for a kind it has no model of)."""
-        if sample.kind == "step_gap":
-            fit = self.profile.step_gap
+        if sample.kind in ("step_gap", "signals", "finalize"):
+            fit = getattr(self.profile, sample.kind)
         else:
             fit = self.profile.stages.get(sample.kind)  # type: ignore[call-overload]
         return None if fit is None else fit.predict(sample.features)

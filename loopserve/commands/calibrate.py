@@ -126,7 +126,7 @@ def _csv_text(result: CalibrationResult) -> str:
                 *FEATURE_NAMES])
     groups: Iterable[tuple[str, list[Sample]]] = (
         ("shape", result.samples), ("host_gap", result.gap_samples),
-        ("in_situ", result.in_situ))
+        ("in_situ", result.in_situ), ("extra", result.extras))
     for source, samples in groups:
         for s in samples:
             pred = result.predict(s)
@@ -166,7 +166,8 @@ def summary(result: CalibrationResult) -> str:
     lines = [f"{'stage':<19} {'fit':>4} {'held':>4} {'cv MAPE':>8} {'held-out MAPE':>14} "
              f"{'worst':>7} {'in-situ':>8}  model"]
     for kind, r in [*result.stages.items(),
-                    *([("step_gap", result.gap)] if result.gap is not None else [])]:
+                    *([("step_gap", result.gap)] if result.gap is not None else []),
+                    *result.extra_fits.items()]:
         situ = [abs(p - s.seconds) / s.seconds for s in result.in_situ if s.kind == kind
                 if (p := result.predict(s)) is not None]
         feats = "+".join(r.fit.features) or "-"

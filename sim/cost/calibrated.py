@@ -28,7 +28,9 @@ class CalibratedCost:
     """Predicts step times from a profile's per-stage linear models.
 
     ``step_time`` = ``execute_time`` (the runner's ``execute``) + the host gap between steps
-    (when the profile has ``step_gap``).
+    (when the profile has ``step_gap``). ``execute_time`` is the stage's model plus, for a
+    step that has them and a profile that measured them, the adaptive-exit extras
+    (``signals``, ``finalize``).
     """
 
     def __init__(
@@ -53,6 +55,10 @@ class CalibratedCost:
             )
         self._fits: dict[str, StageFit] = {str(k): v for k, v in p.stages.items()}
         self._gap = p.step_gap
+        # (name, the feature that makes a step incur it, its model)
+        self._extras = [(name, feature, fit) for name, feature, fit in (
+            ("signals", "signal_rows", p.signals), ("finalize", "finalize_copies", p.finalize))
+            if fit is not None]
 
     def _fit(self, batch: Batch, prev: Batch | None = None) -> StageFit:
         kind = stage_kind(batch, prev)
@@ -66,9 +72,16 @@ class CalibratedCost:
             )
         return fit
 
+    def _execute_s(self, batch: Batch, prev: Batch | None, f: dict[str, float]) -> float:
+        t = self._fit(batch, prev).predict(f)
+        for _, feature, extra in self._extras:
+            if f[feature] > 0:
+                t += extra.predict(f)
+        return t
+
     def execute_time(self, batch: Batch, prev: Batch | None = None) -> float:
         """Predicted seconds of the runner's ``execute(batch)`` alone, after ``prev``."""
-        return self._fit(batch, prev).predict(batch_features(batch))
+        return self._execute_s(batch, prev, batch_features(batch))
 
     def _gap_s(self, features: dict[str, float]) -> float:
         return 0.0 if self._gap is None else self._gap.predict(features)
@@ -79,7 +92,7 @@ class CalibratedCost:
 
     def step_time(self, batch: Batch, prev: Batch | None = None) -> float:
         f = batch_features(batch)
-        return self._fit(batch, prev).predict(f) + self._gap_s(f)
+        return self._execute_s(batch, prev, f) + self._gap_s(f)
 
     def breakdown(self, batch: Batch) -> dict[str, float]:
         fit = self._fit(batch)
@@ -89,6 +102,9 @@ class CalibratedCost:
             out[f"{n}_s"] = c * f[n]
         if fit.grid is not None:
             out[f"{fit.grid.feature}_grid_s"] = fit.grid.value(f[fit.grid.feature])
+        for name, feature, extra in self._extras:
+            if f[feature] > 0:
+                out[f"{name}_s"] = extra.predict(f)
         out["host_s"] = self.gap_time(batch)
         out["total_s"] = self.step_time(batch)
         return out

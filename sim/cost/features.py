@@ -10,7 +10,9 @@ rows D times). ``context`` of a row is the number of KV positions it attends to
 - ``decode_rows`` / ``prompt_tokens``: the decode and prompt part of ``rows``;
 - ``context_sum`` / ``context_max``: sum and max of per-row context over core-call rows;
 - ``fused_prelude_rows``: prompt rows embedded inside a core call;
-- ``finalize_copies``: KV positions copied into deeper planes by the step's housekeeping.
+- ``finalize_copies``: KV positions copied into deeper planes by the step's housekeeping;
+- ``signal_rows``: decode rows whose exit signal (gate or lookahead score) the step computes
+  and reads back (adaptive exits only).
 
 Added with the calibration (they describe how packed attention kernels spend their time):
 
@@ -43,6 +45,7 @@ FEATURE_NAMES: tuple[str, ...] = (
     "decode_padded_context",
     "prompt_context",
     "prompt_kv_tokens",
+    "signal_rows",
 )
 STAGE_KINDS: tuple[str, ...] = ("decode", "prompt", "mixed", "prefill", "prelude", "coda",
                                 "decode_after_prompt")
@@ -67,6 +70,8 @@ def batch_features(batch: Batch) -> dict[str, float]:
             f["rows"] += n
             if item.kind is ItemKind.DECODE:
                 f["decode_rows"] += n
+                if item.needs_signal:  # decode items run one depth per step
+                    f["signal_rows"] += 1
                 call_decode_rows += n
                 call_decode_ctx = max(call_decode_ctx, ctx_top)
             else:

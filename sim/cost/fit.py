@@ -34,6 +34,9 @@ CANDIDATES: dict[str, tuple[str, ...]] = {
     "step_gap": ("items", "rows", "core_calls", "decode_rows", "prompt_seqs"),
 }
 CANDIDATES["decode_after_prompt"] = CANDIDATES["decode"]  # the same call, colder caches
+# The adaptive-exit extras (paired differences, not whole steps; see sim.cost.profile).
+CANDIDATES["signals"] = ("signal_rows",)
+CANDIDATES["finalize"] = ("finalize_copies",)
 GRID_CANDIDATES: dict[str, tuple[str, ...]] = {
     "decode": ("decode_padded_context",),
     "mixed": ("decode_padded_context", "prompt_context"),

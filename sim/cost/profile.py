@@ -34,6 +34,11 @@ Optional parts (absent in older files, which keep loading):
   of the real engine (applying the last result, scheduling this batch), added to every step
   so simulated time advances like the real loop's wall clock; ``execute_time`` leaves it out;
 - provenance extras: threads, block size, backend, per-stage held-out errors, shape counts;
+- ``signals`` and ``finalize``: linear models (same fields as a stage) of two costs only
+  adaptive exits incur, added to a step's execute time when it has them: computing and reading
+  back the exit signal of ``signal_rows`` decode rows, and copying ``finalize_copies`` exited
+  tokens' KV into deeper planes (the housekeeping the next step applies first). Calibration
+  measures each as the paired difference of one batch timed with and without it;
 - a ``decode_after_prompt`` stage: decode-only core calls measured right after a prompt step
   instead of after a like call. The model uses it for a decode step whose previous step was
   prompt, prefill or mixed work (``step_time(batch, prev)``): that work evicts the decode
@@ -172,6 +177,8 @@ class Profile(BaseModel):
     provenance: Provenance
     stages: dict[StageKind, StageFit]
     step_gap: StageFit | None = None
+    signals: StageFit | None = None
+    finalize: StageFit | None = None
 
     @field_validator("stages")
     @classmethod
