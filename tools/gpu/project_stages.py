@@ -101,6 +101,8 @@ def calibrate(c: Check, cap: float) -> str:
     args = ["calibrate", "--target", c.device, "--model", model]
     if "--out" in helptext:
         args += ["--out", str(dest)]
+    if c.dry and "--quick" in helptext:  # plumbing only: the full grid takes minutes on a CPU
+        args.append("--quick")
     # Kept for the exit profile after it (a model build and a short full-depth generation).
     exits_s = 20 if c.dry else 40
     if (flag := _BUDGET_FLAG.search(helptext)) is not None:
