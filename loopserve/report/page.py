@@ -19,6 +19,7 @@ from typing import Any
 import yaml
 
 from loopserve.outputs.rundata import RunData
+from loopserve.report.exits import exit_depth_figure
 from loopserve.report.glossary import glossary_section
 from loopserve.report.headline import headline_section
 from loopserve.report.itl import itl_tail_figure, itl_tail_section
@@ -50,6 +51,9 @@ def make_figures(runs: Sequence[RunData]) -> list[FigureFile]:
                    png_bytes(itl_tail_figure(runs))),
         FigureFile("ttft.png", "TTFT per arm", png_bytes(ttft_figure(runs))),
     ]
+    if (exits := exit_depth_figure(runs)) is not None:
+        figs.append(FigureFile("exit_depths.png", "Loops per output token per arm",
+                               png_bytes(exits)))
     fields: list[str] = []
     for run in runs:
         fields += [f for f in swept_fields(run) if f not in fields]

@@ -1,4 +1,5 @@
-"""summary.json rows (DESIGN.md §11): one per run, and medians per (arm, point) over repeats.
+"""summary.json rows (DESIGN.md §11): one per run, and medians per (arm, point) over repeats;
+``exit_depth_counts``: decode tokens by loops run, per (point, arm) (``runs.exit_depths``).
 
 Medians use the valid repeats when there are any (an invalid run is reported, never silently
 mixed into the comparison), else all repeats. Every median carries its spread over those
@@ -10,10 +11,11 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Sequence
-from typing import TypedDict, cast
+from typing import NotRequired, TypedDict, cast
 
 import numpy as np
 
+from loopserve.runs.exit_depths import ExitDepthCounts, exit_depth_counts
 from loopserve.runs.loop import RunResult
 from loopserve.runs.metrics import Metrics
 from loopserve.runs.plan import Plan
@@ -59,6 +61,7 @@ class Summary(TypedDict):
     runs: list[RunRow]
     medians: list[MedianRow]
     spread_method: str
+    exit_depth_counts: NotRequired[list[ExitDepthCounts]]  # loopserve.runs.exit_depths
 
 
 def run_row(result: RunResult, target: str) -> RunRow:
@@ -157,4 +160,6 @@ def build_summary(plan: Plan, results: Sequence[RunResult]) -> Summary:
         "runs": runs,
         "medians": median_rows(runs, plan.scenario.arms),
         "spread_method": METHOD,
+        "exit_depth_counts": exit_depth_counts(results, plan.scenario.arms,
+                                               plan.shape.num_depths),
     }
