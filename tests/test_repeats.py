@@ -8,7 +8,6 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import pytest
 
 from loopserve.runs.loop import execute
 from loopserve.runs.plan import plan_runs, repeat_seed
@@ -70,17 +69,19 @@ def test_median_rows_carry_spreads_with_the_metrics_keys() -> None:
                 "valid": True, "invalid_reason": None, "itl_ms": {"p99": itl, "max": None},
                 "num_requests": 3, "wall_s": None}
 
-    (m,) = median_rows([row(i, v) for i, v in enumerate([5.0, 1.0, 4.0, 2.0, 3.0])],
-                       ["mixed"])
-    assert m["itl_ms"]["p99"] == 3.0
+    values = [5.0, 1.0, 9.0, 4.0, 2.0, 8.0, 3.0, 7.0, 6.0]
+    (m,) = median_rows([row(i, v) for i, v in enumerate(values)], ["mixed"])
+    assert m["itl_ms"]["p99"] == 5.0
     sp = m["spread"]
     assert set(sp) == {"itl_ms", "num_requests", "wall_s"}
-    assert (sp["itl_ms"]["p99"]["min"], sp["itl_ms"]["p99"]["max"]) == (1.0, 5.0)
+    assert (sp["itl_ms"]["p99"]["min"], sp["itl_ms"]["p99"]["max"]) == (1.0, 9.0)
     low, high = sp["itl_ms"]["p99"]["ci95_low"], sp["itl_ms"]["p99"]["ci95_high"]
-    # the bootstrap median of 5 distinct values: inside the repeats' range, around 3
-    assert 1.0 <= low < 3.0 < high <= 5.0
-    boot = np.median(np.random.default_rng(0).choice([1.0, 2, 3, 4, 5], (10_000, 5)), axis=1)
-    assert (low, high) == pytest.approx(tuple(np.percentile(boot, [2.5, 97.5])), abs=0.5)
+    # the percentile bootstrap of the median, 10,000 resamples from default_rng(0): with 9
+    # repeats the interval is narrower than their range
+    idx = np.random.default_rng(0).integers(0, 9, size=(10_000, 9))
+    boot = np.median(np.asarray(values)[idx], axis=1)
+    assert (low, high) == tuple(np.percentile(boot, [2.5, 97.5]))
+    assert 1.0 < low < 5.0 < high < 9.0
     assert sp["itl_ms"]["max"]["min"] is None and sp["num_requests"]["max"] == 3
 
 

@@ -5,7 +5,9 @@ least ``MIN_REPEATS_FOR_INTERVAL`` repeats a 95% percentile-bootstrap interval o
 (``RESAMPLES`` resamples of the repeats with replacement, numpy's generator seeded with
 ``BOOTSTRAP_SEED``, so the same values give the same bytes); with fewer repeats the interval is
 null and min-max is the spread. Values that are not numbers (None) are left out; a metric
-with no number has every field null.
+with no number has every field null. With 5 or 6 repeats the interval is usually the whole
+min-max range (a resample's median lands on an extreme repeat more than 2.5% of the time);
+it narrows from about 7 repeats.
 """
 
 from __future__ import annotations
