@@ -8,6 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from engine.core.columns import TokenTable
 from engine.core.records import RequestRecord, RunRecords
 from engine.core.results import TokenEvent
 from loopserve.bench.datasets import arrival_offsets, sample_random, sample_sharegpt
@@ -90,8 +91,8 @@ def test_bad_goodput_names_the_flag(items: list[str], message: str) -> None:
 
 def test_records_become_outcomes_on_the_engine_clock() -> None:
     rec = RunRecords()
-    rec.tokens = [TokenEvent("a", 0, 1.5, 7, 4), TokenEvent("a", 1, 1.7, 8, 2),
-                  TokenEvent("b", 0, 2.0, 9, 4)]
+    rec.tokens = TokenTable.of([TokenEvent("a", 0, 1.5, 7, 4), TokenEvent("a", 1, 1.7, 8, 2),
+                                TokenEvent("b", 0, 2.0, 9, 4)])
     rec.requests = [
         RequestRecord("a", 1.0, 12, 2, 1.5, 1.7, False, "length", 1.0),
         RequestRecord("b", 1.2, 5, 1, 2.0, 2.0, False, "error", 1.2),

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from engine.core import StepRecord, TokenEvent
+from engine.core.columns import TokenTable
 from engine.core.records import RequestRecord, RunRecords
 from loopserve.runs.metrics import (
     REQUEST_COLUMNS,
@@ -64,7 +65,7 @@ def test_summary_matches_hand_computed_values() -> None:
 
 def test_empty_metrics_are_none() -> None:
     rec = _records()
-    rec.tokens = [t for t in rec.tokens if t.index == 0]
+    rec.tokens = TokenTable.of(t for t in rec.tokens if t.index == 0)
     rec.requests = [r for r in rec.requests if r.request_id == "b"]
     m = summarize(rec)
     assert m["tpot_ms"] == dict.fromkeys(("mean", "p50", "p90", "p99", "max"))
@@ -75,7 +76,9 @@ def test_empty_metrics_are_none() -> None:
 
 def test_out_of_order_tokens_are_rejected() -> None:
     rec = _records()
-    rec.tokens[0], rec.tokens[1] = rec.tokens[1], rec.tokens[0]
+    toks = list(rec.tokens)
+    toks[0], toks[1] = toks[1], toks[0]
+    rec.tokens = TokenTable.of(toks)
     with pytest.raises(ValueError, match="out of order"):
         summarize(rec)
 

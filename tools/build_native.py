@@ -35,7 +35,7 @@ from engine._native import (  # noqa: E402
 # annotations; built once per run), executor (a Protocol, no code), and the rest of sim
 # (cost models other than the roofline, exit models, validity: once per run).
 MODULES = tuple(f"engine.core.{m}" for m in (
-    "admission", "arrivals", "batch", "block_manager", "engine_core", "exits",
+    "admission", "arrivals", "batch", "block_manager", "columns", "engine_core", "exits",
     "fake_executor", "kv_allocation", "policies", "prefix_cache", "prompt_state", "records",
     "request", "results", "run_loop", "scheduler",
 )) + ("sim.driver", "sim.executor", "sim.cost.base", "sim.cost.roofline")

@@ -8,10 +8,11 @@ token index), so every arm sees the same prompt load at the same decode-progress
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Protocol
 
 from engine.core.batch import Batch
+from engine.core.columns import StepTable, TokenTable
 from engine.core.prefix_cache import PrefixCacheStats
 from engine.core.request import Request, SamplingParams
 from engine.core.results import StepRecord, TokenEvent, depths_text
@@ -68,31 +69,43 @@ def batch_signature(batch: Batch) -> BatchSignature:
     )
 
 
-@dataclass
 class RunRecords:
-    """Raw rows of one run (one arm, one point, one repeat); metrics are computed after."""
+    """Raw rows of one run (one arm, one point, one repeat); metrics are computed after.
+    Steps and tokens are held as columns (``engine.core.columns``); rows given as lists are
+    converted."""
 
-    steps: list[StepRecord] = field(default_factory=list)
-    tokens: list[TokenEvent] = field(default_factory=list)
-    requests: list[RequestRecord] = field(default_factory=list)
-    batches: list[BatchSignature] = field(default_factory=list)
-    wall_s: float = 0.0
-    invalid_reasons: list[str] = field(default_factory=list)
-    prefix_cache: PrefixCacheStats | None = None  # at the drain; None with caching off
+    def __init__(
+        self,
+        steps: Iterable[StepRecord] = (),
+        tokens: Iterable[TokenEvent] = (),
+        requests: list[RequestRecord] | None = None,
+        batches: list[BatchSignature] | None = None,
+        wall_s: float = 0.0,
+        invalid_reasons: list[str] | None = None,
+        prefix_cache: PrefixCacheStats | None = None,
+    ) -> None:
+        self.steps: StepTable = steps if isinstance(steps, StepTable) else StepTable.of(steps)
+        self.tokens: TokenTable = (tokens if isinstance(tokens, TokenTable)
+                                   else TokenTable.of(tokens))
+        self.requests: list[RequestRecord] = [] if requests is None else requests
+        self.batches: list[BatchSignature] = [] if batches is None else batches
+        self.wall_s = wall_s
+        self.invalid_reasons: list[str] = [] if invalid_reasons is None else invalid_reasons
+        self.prefix_cache = prefix_cache  # at the drain; None with caching off
 
     @property
     def num_core_calls(self) -> int:
-        return sum(s.core_calls for s in self.steps)
+        return sum(self.steps.core_calls)
 
     @property
     def num_mixed_core_calls(self) -> int:
-        return sum(1 for s in self.steps if s.mixed)
+        return sum(self.steps.mixed)
 
 
 class RunRecorder:
     """Collects records; drivers call it around every step and on every finish.
 
-    ``step`` writes ``StepRecord.from_batch`` rows with the depth strings memoised by count
+    ``step`` writes ``StepRecord.from_batch``'s row with the depth strings memoised by count
     (a test compares them with the unmemoised rows on every arm): it runs once per step.
     """
 
@@ -118,7 +131,7 @@ class RunRecorder:
         self, batch: Batch, start_s: float, end_s: float, events: Iterable[TokenEvent]
     ) -> None:
         depths = self._depths(batch) if batch.num_core_calls else ""  # PRELUDE, CODA: none
-        self.records.steps.append(StepRecord.from_batch(batch, start_s, end_s, depths))
+        self.records.steps.add_batch(batch, start_s, end_s, depths)
         self.records.tokens.extend(events)
         if self.record_batches:
             self.records.batches.append(batch_signature(batch))

@@ -80,31 +80,46 @@ def distribution_ms(values_s: Iterable[float]) -> Distribution:
 def consecutive_tokens(records: RunRecords) -> list[tuple[TokenEvent, TokenEvent]]:
     """Every (token, next token) pair of the same request, pooled in the order the second
     token came; ValueError when a request's tokens are out of order."""
-    last: dict[str, TokenEvent] = {}
-    pairs: list[tuple[TokenEvent, TokenEvent]] = []
-    for tok in records.tokens:
-        prev = last.get(tok.request_id)
-        if prev is not None:
-            if tok.index != prev.index + 1:
-                raise ValueError(
-                    f"tokens of {tok.request_id} out of order: index {tok.index} after "
-                    f"{prev.index}"
-                )
-            pairs.append((prev, tok))
-        last[tok.request_id] = tok
-    return pairs
+    toks = records.tokens
+    prev, cur = _pairs(records)
+    return [(toks.row(int(a)), toks.row(int(b))) for a, b in zip(prev, cur, strict=True)]
 
 
-def inter_token_latencies(records: RunRecords) -> list[float]:
-    """Every gap (s) between consecutive tokens of the same request, pooled."""
-    return [b.time_s - a.time_s for a, b in consecutive_tokens(records)]
+def _pairs(records: RunRecords) -> tuple[np.ndarray, np.ndarray]:
+    """Row positions (previous, next) of every consecutive token pair of one request, in the
+    order the next token came; ValueError when a request's tokens are out of order."""
+    toks = records.tokens
+    req = np.frombuffer(toks.request, dtype=np.int32) if len(toks) else np.empty(0, np.int32)
+    order = np.argsort(req, kind="stable")  # each request's tokens, in emission order
+    same = req[order[1:]] == req[order[:-1]]
+    prev, cur = order[:-1][same], order[1:][same]
+    keep = np.argsort(cur, kind="stable")
+    prev, cur = prev[keep], cur[keep]
+    index = np.frombuffer(toks.index, dtype=np.int32) if len(toks) else np.empty(0, np.int32)
+    bad = np.flatnonzero(index[cur] != index[prev] + 1)
+    if bad.size:
+        a, b = toks.row(int(prev[bad[0]])), toks.row(int(cur[bad[0]]))
+        raise ValueError(f"tokens of {b.request_id} out of order: index {b.index} after "
+                         f"{a.index}")
+    return prev, cur
+
+
+def inter_token_latencies(records: RunRecords) -> np.ndarray:
+    """Every gap (s) between consecutive tokens of the same request, pooled in the order the
+    later token came."""
+    prev, cur = _pairs(records)
+    times = np.frombuffer(records.tokens.time_s, dtype=np.float64) if len(records.tokens) \
+        else np.empty(0)
+    return np.asarray(times[cur] - times[prev])
 
 
 def _num_depths(records: RunRecords) -> int | None:
-    for tok in records.tokens:
-        if tok.index == 0:
-            return tok.exit_depth  # the first token always runs all D depths
-    return None
+    toks = records.tokens
+    if not len(toks):
+        return None
+    first = np.flatnonzero(np.frombuffer(toks.index, dtype=np.int32) == 0)
+    # the first token always runs all D depths
+    return int(toks.exit_depth[int(first[0])]) if first.size else None
 
 
 def summarize(records: RunRecords, num_depths: int | None = None) -> Metrics:
@@ -164,7 +179,16 @@ def _frame(rows: Iterable[Any], columns: tuple[str, ...]) -> pd.DataFrame:
 
 def steps_frame(records: RunRecords) -> pd.DataFrame:
     """steps.csv rows (DESIGN.md §11) without the arm/point_id/repeat columns."""
-    return _frame(records.steps, STEP_COLUMNS)
+    t = records.steps
+    words = np.array(t.strings.values + [""], dtype=object)
+    cols: dict[str, Any] = {name: np.array(getattr(t, name), dtype=np.int64)
+                            for name in STEP_COLUMNS}
+    for name in ("start_s", "end_s"):
+        cols[name] = np.array(getattr(t, name), dtype=np.float64)
+    for name in ("stage", "depths"):
+        cols[name] = words[np.array(getattr(t, name), dtype=np.int64)].astype(str)
+    cols["mixed"] = np.array(t.mixed, dtype=bool)
+    return pd.DataFrame({name: cols[name] for name in STEP_COLUMNS})
 
 
 def requests_frame(records: RunRecords) -> pd.DataFrame:
@@ -174,4 +198,12 @@ def requests_frame(records: RunRecords) -> pd.DataFrame:
 
 def tokens_frame(records: RunRecords) -> pd.DataFrame:
     """tokens.csv rows in emission order, without the arm/point_id/repeat columns."""
-    return _frame(records.tokens, TOKEN_COLUMNS)
+    t = records.tokens
+    ids = np.array(t.request_ids.values + [""], dtype=object)
+    return pd.DataFrame({
+        "request_id": ids[np.array(t.request, dtype=np.int64)].astype(str),
+        "index": np.array(t.index, dtype=np.int64),
+        "time_s": np.array(t.time_s, dtype=np.float64),
+        "token_id": np.array(t.token_id, dtype=np.int64),
+        "exit_depth": np.array(t.exit_depth, dtype=np.int64),
+    })

@@ -1,0 +1,195 @@
+"""A run's step and token rows held as columns: one growing typed ``array`` per field, the
+strings (stage, kind, depths, request ids, finish reasons) as small-int codes into a table of
+the distinct values. A 100k-request run holds tens of millions of tokens; as columns each
+costs about 24 bytes instead of a ~200-byte object graph.
+
+Both tables are sequences of their row type (``StepRecord``, ``TokenEvent``): indexing and
+iterating build rows on the fly, so code that reads rows one by one is unchanged; bulk
+readers (metrics, output writers) take the columns themselves.
+"""
+
+from __future__ import annotations
+
+from array import array
+from collections.abc import Iterable, Iterator
+from typing import Any
+
+from engine.core.batch import Batch
+from engine.core.results import StepRecord, TokenEvent, step_kind
+
+
+class Strings:
+    """Distinct strings in first-seen order; ``code`` gives each its index."""
+
+    def __init__(self) -> None:
+        self.values: list[str] = []
+        self._index: dict[str, int] = {}
+
+    def code(self, value: str) -> int:
+        i = self._index.get(value)
+        if i is None:
+            i = self._index[value] = len(self.values)
+            self.values.append(value)
+        return i
+
+
+def _pos(i: int, n: int) -> int:
+    j = i + n if i < 0 else i
+    if j < 0 or j >= n:
+        raise IndexError("row index out of range")
+    return j
+
+
+class StepTable:
+    """steps.csv's rows (``StepRecord``) as columns."""
+
+    def __init__(self) -> None:
+        self.step = array("q")
+        self.start_s = array("d")
+        self.end_s = array("d")
+        self.stage = array("b")  # codes into self.strings
+        self.kind = array("b")
+        self.core_calls = array("i")
+        self.num_decode_items = array("i")
+        self.num_prompt_items = array("i")
+        self.num_prompt_tokens = array("i")
+        self.num_fused_prelude_items = array("i")
+        self.depths = array("i")
+        self.mixed = array("b")
+        self.strings = Strings()
+
+    @staticmethod
+    def of(rows: Iterable[StepRecord]) -> StepTable:
+        table = StepTable()
+        for r in rows:
+            table.append(r)
+        return table
+
+    def append(self, r: StepRecord) -> None:
+        self._add(r.step, r.start_s, r.end_s, r.stage, r.kind, r.core_calls, r.num_decode_items,
+                  r.num_prompt_items, r.num_prompt_tokens, r.num_fused_prelude_items, r.depths,
+                  r.mixed)
+
+    def add_batch(self, batch: Batch, start_s: float, end_s: float, depths: str) -> None:
+        """The row ``StepRecord.from_batch(batch, start_s, end_s, depths)`` would give."""
+        self._add(batch.step, start_s, end_s, batch.stage.value, step_kind(batch),
+                  batch.num_core_calls, batch.num_decode_items, batch.num_prompt_items,
+                  batch.num_prompt_tokens, batch.num_fused_prelude_items, depths,
+                  batch.is_mixed)
+
+    def _add(self, step: int, start_s: float, end_s: float, stage: str, kind: str,
+             core_calls: int, num_decode_items: int, num_prompt_items: int,
+             num_prompt_tokens: int, num_fused_prelude_items: int, depths: str,
+             mixed: bool) -> None:
+        codes = self.strings
+        self.step.append(step)
+        self.start_s.append(start_s)
+        self.end_s.append(end_s)
+        self.stage.append(codes.code(stage))
+        self.kind.append(codes.code(kind))
+        self.core_calls.append(core_calls)
+        self.num_decode_items.append(num_decode_items)
+        self.num_prompt_items.append(num_prompt_items)
+        self.num_prompt_tokens.append(num_prompt_tokens)
+        self.num_fused_prelude_items.append(num_fused_prelude_items)
+        self.depths.append(codes.code(depths))
+        self.mixed.append(1 if mixed else 0)
+
+    def __len__(self) -> int:
+        return len(self.step)
+
+    def row(self, i: int) -> StepRecord:
+        """Row ``i`` (negative counts from the end) as a ``StepRecord``."""
+        i = _pos(i, len(self.step))
+        s = self.strings.values
+        return StepRecord(
+            self.step[i], self.start_s[i], self.end_s[i], s[self.stage[i]], s[self.kind[i]],
+            self.core_calls[i], self.num_decode_items[i], self.num_prompt_items[i],
+            self.num_prompt_tokens[i], self.num_fused_prelude_items[i], s[self.depths[i]],
+            bool(self.mixed[i]),
+        )
+
+    def __getitem__(self, key: Any) -> Any:
+        """A ``StepRecord``, or a list of them for a slice."""
+        if isinstance(key, slice):
+            return [self.row(i) for i in range(*key.indices(len(self.step)))]
+        return self.row(key)
+
+    def __iter__(self) -> Iterator[StepRecord]:
+        for i in range(len(self.step)):
+            yield self.row(i)
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, StepTable | list | tuple):
+            return len(self) == len(other) and list(self) == list(other)
+        return NotImplemented
+
+    def __repr__(self) -> str:
+        return repr(list(self))
+
+
+class TokenTable:
+    """tokens.csv's rows (``TokenEvent``) as columns; ``request`` holds codes into
+    ``request_ids`` and ``finish_reason`` codes into ``reasons`` (-1: None)."""
+
+    def __init__(self) -> None:
+        self.request = array("i")
+        self.index = array("i")
+        self.time_s = array("d")
+        self.token_id = array("q")
+        self.exit_depth = array("h")
+        self.finished = array("b")
+        self.finish_reason = array("b")
+        self.request_ids = Strings()
+        self.reasons = Strings()
+
+    @staticmethod
+    def of(events: Iterable[TokenEvent]) -> TokenTable:
+        table = TokenTable()
+        table.extend(events)
+        return table
+
+    def append(self, e: TokenEvent) -> None:
+        self.request.append(self.request_ids.code(e.request_id))
+        self.index.append(e.index)
+        self.time_s.append(e.time_s)
+        self.token_id.append(e.token_id)
+        self.exit_depth.append(e.exit_depth)
+        self.finished.append(1 if e.finished else 0)
+        reason = e.finish_reason
+        self.finish_reason.append(-1 if reason is None else self.reasons.code(reason))
+
+    def extend(self, events: Iterable[TokenEvent]) -> None:
+        for e in events:
+            self.append(e)
+
+    def __len__(self) -> int:
+        return len(self.index)
+
+    def row(self, i: int) -> TokenEvent:
+        """Row ``i`` (negative counts from the end) as a ``TokenEvent``."""
+        i = _pos(i, len(self.index))
+        code = self.finish_reason[i]
+        return TokenEvent(
+            self.request_ids.values[self.request[i]], self.index[i], self.time_s[i],
+            self.token_id[i], self.exit_depth[i], bool(self.finished[i]),
+            None if code < 0 else self.reasons.values[code],
+        )
+
+    def __getitem__(self, key: Any) -> Any:
+        """A ``TokenEvent``, or a list of them for a slice."""
+        if isinstance(key, slice):
+            return [self.row(i) for i in range(*key.indices(len(self.index)))]
+        return self.row(key)
+
+    def __iter__(self) -> Iterator[TokenEvent]:
+        for i in range(len(self.index)):
+            yield self.row(i)
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, TokenTable | list | tuple):
+            return len(self) == len(other) and list(self) == list(other)
+        return NotImplemented
+
+    def __repr__(self) -> str:
+        return repr(list(self))
