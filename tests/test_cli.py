@@ -2,20 +2,22 @@
 
 from __future__ import annotations
 
-import csv
 import gzip
 import json
 from pathlib import Path
 
+import pyarrow.parquet as pq
 import pytest
 import yaml
 
 from loopserve.cli import main
+from loopserve.outputs.rundata import load_run
 from tests.scenario_fixtures import tiny, write_scenario
 
 EXPECTED_FILES = {
-    "scenario.yaml", "env.json", "steps.csv", "requests.csv", "tokens.csv", "summary.json",
-    "vllm_results.json", "trace.json.gz", "report.html", "timeline.png", "itl_cdf.png", "ttft.png",
+    "scenario.yaml", "env.json", "steps.parquet", "requests.parquet", "itl_quantiles.parquet",
+    "summary.json", "vllm_results.json", "trace.json.gz", "report.html", "timeline.png",
+    "itl_cdf.png", "ttft.png",
 }
 METRIC_KEYS = {"ttft_ms", "tpot_ms", "itl_ms", "e2el_ms"}
 STATS = {"mean", "p50", "p90", "p99", "max"}
@@ -27,18 +29,17 @@ def run_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     path = write_scenario(folder, tiny())
     out = folder / "run"
     code = main(["run", str(path), "--out", str(out), "--no-progress",
-                 "--set", "workload.decode_output_tokens=12"])
+                 "--set", "workload.decode_output_tokens=12", "--set", "outputs.tokens=true"])
     assert code == 0
     return out
 
 
 def header(path: Path) -> list[str]:
-    with path.open() as f:
-        return next(csv.reader(f))
+    return list(pq.read_schema(path.with_suffix(".parquet")).names)
 
 
 def test_outputs_exist_with_exact_columns(run_dir: Path) -> None:
-    assert EXPECTED_FILES <= {p.name for p in run_dir.iterdir()}
+    assert EXPECTED_FILES | {"tokens.parquet"} == {p.name for p in run_dir.iterdir()}
     run = ["arm", "point_id", "repeat"]
     assert header(run_dir / "steps.csv") == run + [
         "step", "start_s", "end_s", "stage", "kind", "core_calls", "num_decode_items",
@@ -52,18 +53,17 @@ def test_outputs_exist_with_exact_columns(run_dir: Path) -> None:
 
 
 def test_tables_hold_every_run(run_dir: Path) -> None:
-    with (run_dir / "requests.csv").open() as f:
-        rows = list(csv.DictReader(f))
-    keys = {(r["arm"], r["repeat"]) for r in rows}
-    assert keys == {(a, r) for a in ("atomic", "per_depth", "mixed") for r in ("0", "1")}
-    injected = [r for r in rows if r["injected"] == "True"]
-    assert len(injected) == 6 and all(r["request_id"] == "inject-0" for r in injected)
-    with (run_dir / "tokens.csv").open() as f:
-        tokens = list(csv.DictReader(f))
-    first = [t for t in tokens if t["index"] == "0"]
-    assert first and all(t["exit_depth"] == "4" for t in first)  # the first token runs all D
-    decode0 = [t for t in tokens if t["request_id"] == "decode-0" and t["arm"] == "mixed"
-               and t["repeat"] == "0"]
+    run = load_run(run_dir)
+    rows = run.requests
+    keys = set(zip(rows["arm"], rows["repeat"], strict=True))
+    assert keys == {(a, r) for a in ("atomic", "per_depth", "mixed") for r in (0, 1)}
+    injected = rows[rows["injected"]]
+    assert len(injected) == 6 and set(injected["request_id"]) == {"inject-0"}
+    tokens = run.tokens
+    first = tokens[tokens["index"] == 0]
+    assert len(first) and (first["exit_depth"] == 4).all()  # the first token runs all D
+    decode0 = tokens[(tokens["request_id"] == "decode-0") & (tokens["arm"] == "mixed")
+                     & (tokens["repeat"] == 0)]
     assert len(decode0) == 12  # the --set value reached the workload
 
 
@@ -115,13 +115,13 @@ def test_same_scenario_and_seed_give_identical_bytes(
     original = run_dir.parent / "scenario.yaml"
     same = tmp_path / "same"
     assert main(["run", str(original), "--out", str(same), "--no-progress",
-                 "--set", "workload.decode_output_tokens=12"]) == 0
+                 "--set", "workload.decode_output_tokens=12", "--set", "outputs.tokens=true"]) == 0
     # the resolved scenario.yaml reruns to the same bytes too
     out = tmp_path / "again"
     assert main(["run", str(run_dir / "scenario.yaml"), "--out", str(out), "--no-progress"]) == 0
     for folder in (same, out):
-        for name in ("summary.json", "vllm_results.json", "tokens.csv", "steps.csv",
-                     "requests.csv", "trace.json.gz"):
+        for name in ("summary.json", "vllm_results.json", "tokens.parquet", "steps.parquet",
+                     "requests.parquet", "itl_quantiles.parquet", "trace.json.gz"):
             assert (folder / name).read_bytes() == (run_dir / name).read_bytes(), name
     assert (same / "env.json").read_bytes() != (run_dir / "env.json").read_bytes()
     printed = capsys.readouterr().out

@@ -7,10 +7,10 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import pandas as pd
 import yaml
 
 from loopserve.cli import main
+from loopserve.outputs.rundata import load_run
 from tests.scenario_fixtures import TINY, tiny, write_scenario
 
 
@@ -23,7 +23,7 @@ def test_prefix_sweep_summary_report_and_tokens(tmp_path: Path) -> None:
                 sweep={"cache.enable_prefix_caching": [False, True]})
     out = tmp_path / "run"
     assert main(["run", str(write_scenario(tmp_path, data)), "--out", str(out),
-                 "--no-progress"]) == 0
+                 "--no-progress", "--set", "outputs.tokens=true"]) == 0
     assert yaml.safe_load((out / "scenario.yaml").read_text())["cache"][
         "enable_prefix_caching"] is False  # the resolved config records the flag
     summary = json.loads((out / "summary.json").read_text())
@@ -36,12 +36,13 @@ def test_prefix_sweep_summary_report_and_tokens(tmp_path: Path) -> None:
             assert row["prefix_cache_queried_tokens"] == 2 * 8 + 3 * 24
             assert row["prefix_cache_hit_rate"] == 32 / 88
             assert row["prefix_cache_evicted_blocks"] >= 0
-    tokens = pd.read_csv(out / "tokens.csv")
+    run = load_run(out)
+    tokens = run.tokens
     key = ["arm", "request_id", "index"]
     off = tokens[tokens.point_id == 0].set_index(key).sort_index()
     on = tokens[tokens.point_id == 1].set_index(key).sort_index()
     assert (off.token_id == on.token_id).all() and (off.exit_depth == on.exit_depth).all()
-    steps = pd.read_csv(out / "steps.csv")
+    steps = run.steps
     work = steps.groupby("point_id").num_prompt_tokens.sum()
     assert work[1] < work[0]  # the cached prefix is not computed again
     html = (out / "report.html").read_text()

@@ -71,8 +71,8 @@ def test_a_signal_while_writing_leaves_no_partial_folder(
 ) -> None:
     real = records.write_records
 
-    def write_then_signal(folder: Path, runs: object) -> None:
-        real(folder, runs)  # type: ignore[arg-type]
+    def write_then_signal(folder: Path, runs: object, *args: object, **kw: object) -> None:
+        real(folder, runs, *args, **kw)  # type: ignore[arg-type]
         assert any(folder.iterdir())  # the staging folder holds files now
         os.kill(os.getpid(), signum)
 

@@ -18,6 +18,7 @@ from loopserve.commands.result_flags import add_result_flags, result_options
 from loopserve.errors import UserError
 from loopserve.outputs import env_info, files, records
 from loopserve.outputs.rundata import load_run
+from loopserve.outputs.tables import FORMATS
 from loopserve.outputs.trace import write_trace
 from loopserve.outputs.vllm_run import ResultOptions, vllm_run_results
 from loopserve.report.page import write_run_report
@@ -46,6 +47,7 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         r.add_argument("--out", help="run folder to write (default results/<name>/<run-id>)")
         r.add_argument("--set", dest="sets", action="append", default=[], metavar="KEY=VALUE",
                        help="override a dotted field, value parsed as YAML (repeatable)")
+        add_format_flag(r)
         r.add_argument("--no-progress", action="store_true", help="hide the progress bar")
         add_result_flags(r)
         r.add_argument("--workers", metavar="N",
@@ -54,6 +56,22 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         r.add_argument("--ray-address", metavar="ADDR",
                        help="simulator: run the sweep's runs on the Ray cluster at ADDR")
         r.set_defaults(handler=main, require_sweep=name == "sweep")
+
+
+def add_format_flag(parser: argparse.ArgumentParser) -> None:
+    """``--format parquet|csv``: the record tables' format (``outputs.format``)."""
+    parser.add_argument("--format", dest="table_format", metavar="parquet|csv",
+                        help="record tables as Parquet (default) or CSV; sets outputs.format")
+
+
+def format_sets(args: argparse.Namespace) -> list[str]:
+    """The ``--set`` overrides with ``--format`` applied; UserError on a bad value."""
+    fmt = getattr(args, "table_format", None)
+    if fmt is None:
+        return list(args.sets)
+    if fmt not in FORMATS:
+        raise UserError("--format", f"{fmt!r}: use parquet or csv")
+    return [*args.sets, f"outputs.format={fmt}"]
 
 
 def main(args: argparse.Namespace, argv: list[str]) -> int:
@@ -66,7 +84,7 @@ def main(args: argparse.Namespace, argv: list[str]) -> int:
 def _main(args: argparse.Namespace, argv: list[str]) -> int:
     started = time.time()
     options = result_options(args)
-    scn = load_scenario(args.scenario, args.sets)
+    scn = load_scenario(args.scenario, format_sets(args))
     if args.require_sweep and not scn.is_sweep:
         raise UserError("sweep", "missing; `loopserve sweep` needs a sweep or variants section "
                         "(or use `loopserve run`)")
@@ -108,7 +126,8 @@ def write_run(dest: Path, plan: Plan, runs: Sequence[RunResult], *, argv: list[s
     scn = plan.scenario
     with files.staged_dir(dest) as tmp:
         files.write_scenario(tmp / "scenario.yaml", scn)
-        records.write_records(tmp, runs)
+        records.write_records(tmp, runs, scn.outputs.format,
+                              tokens=scn.outputs.tokens or plan.target != "sim")
         files.write_json(tmp / "summary.json", build_summary(plan, runs))
         files.write_json(tmp / "vllm_results.json",
                          vllm_run_results(runs, plan.target, scn.slo, options))

@@ -1,51 +1,146 @@
-"""steps.csv, requests.csv and tokens.csv (DESIGN.md §11): every run's records, runs in
-execution order, columns fixed here. ``steps.csv`` carries the step's ``kind`` (decode |
-prompt | mixed | prefill | prelude | coda) beside ``stage``, which the timeline colours by.
+"""The record tables of a run folder (DESIGN.md §11): ``steps``, ``requests``,
+``itl_quantiles`` and, when asked for, ``tokens``, as Parquet (zstd, the default) or CSV
+(``outputs.format``), runs in execution order, columns fixed here.
+
+``steps`` carries the step's ``kind`` (decode | prompt | mixed | prefill | prelude | coda)
+beside ``stage``, which the timeline colours by. ``tokens`` (one row per output token) is
+written when the scenario sets ``outputs.tokens: true`` and always on a real target, where
+the token ids are data; a simulated run's token ids are draws of the simulator. Without it
+the ITL distribution stays in ``itl_quantiles``: per arm and point, the ITL (ms) at fixed
+quantiles of every gap pooled over repeats (numpy's linear interpolation, as summary.json),
+with the number of gaps.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
 
-from loopserve.outputs.files import write_csv
+import numpy as np
+
+from loopserve.outputs.tables import Codes, Columns, Schema, write_table
 from loopserve.runs.loop import RunResult
+from loopserve.runs.metrics import inter_token_latencies
 
-RUN_KEY_COLUMNS = ("arm", "point_id", "repeat")
-STEPS_COLUMNS = RUN_KEY_COLUMNS + (
-    "step", "start_s", "end_s", "stage", "kind", "core_calls", "num_decode_items",
-    "num_prompt_items", "num_prompt_tokens", "num_fused_prelude_items", "depths", "mixed",
+RUN_KEY_SCHEMA: Schema = (("arm", "text"), ("point_id", "int"), ("repeat", "int"))
+STEPS_SCHEMA: Schema = RUN_KEY_SCHEMA + (
+    ("step", "counter"), ("start_s", "float"), ("end_s", "float"), ("stage", "text"),
+    ("kind", "text"), ("core_calls", "int"), ("num_decode_items", "int"),
+    ("num_prompt_items", "int"), ("num_prompt_tokens", "int"),
+    ("num_fused_prelude_items", "int"), ("depths", "text"), ("mixed", "bool"),
 )
-REQUESTS_COLUMNS = RUN_KEY_COLUMNS + (
-    "request_id", "arrival_s", "prompt_tokens", "output_tokens", "first_token_s", "finish_s",
-    "injected", "finish_reason",
+REQUESTS_SCHEMA: Schema = RUN_KEY_SCHEMA + (
+    ("request_id", "text"), ("arrival_s", "float"), ("prompt_tokens", "int"),
+    ("output_tokens", "int"), ("first_token_s", "float"), ("finish_s", "float"),
+    ("injected", "bool"), ("finish_reason", "text"),
 )
-TOKENS_COLUMNS = RUN_KEY_COLUMNS + (
-    "request_id", "index", "time_s", "token_id", "exit_depth",
+TOKENS_SCHEMA: Schema = RUN_KEY_SCHEMA + (
+    ("request_id", "text"), ("index", "int"), ("time_s", "float"), ("token_id", "int"),
+    ("exit_depth", "int"),
 )
+ITL_SCHEMA: Schema = (("arm", "text"), ("point_id", "int"), ("quantile", "float"),
+                      ("itl_ms", "float"), ("num_gaps", "int"))
+RUN_KEY_COLUMNS = tuple(c for c, _ in RUN_KEY_SCHEMA)
+STEPS_COLUMNS = tuple(c for c, _ in STEPS_SCHEMA)
+REQUESTS_COLUMNS = tuple(c for c, _ in REQUESTS_SCHEMA)
+TOKENS_COLUMNS = tuple(c for c, _ in TOKENS_SCHEMA)
+ITL_COLUMNS = tuple(c for c, _ in ITL_SCHEMA)
+# 0, 0.5%, ..., 99%, then the tail at 1 - 10^-x for x = 2.05 .. 5 (p99.999), then the max
+ITL_QUANTILES = tuple(np.unique(np.concatenate([
+    np.arange(199) / 200, 1 - 10 ** -np.arange(2.0, 5.0001, 0.05), [1.0]])).tolist())
 
 
-def write_records(folder: Path, results: Sequence[RunResult]) -> None:
-    """steps.csv, requests.csv and tokens.csv, runs in execution order."""
-    write_csv(folder / "steps.csv", STEPS_COLUMNS, (
-        (r.spec.arm, r.spec.point_id, r.spec.repeat, s.step, s.start_s, s.end_s, s.stage,
-         s.kind, s.core_calls, s.num_decode_items, s.num_prompt_items, s.num_prompt_tokens,
-         s.num_fused_prelude_items, s.depths, s.mixed)
-        for r in results for s in r.records.steps
-    ))
-    write_csv(folder / "requests.csv", REQUESTS_COLUMNS, (
-        (r.spec.arm, r.spec.point_id, r.spec.repeat, q.request_id, q.arrival_s,
-         q.prompt_tokens, q.output_tokens, _opt(q.first_token_s), _opt(q.finish_s),
-         q.injected, _opt(q.finish_reason))
-        for r in results for q in sorted(r.records.requests, key=lambda q: q.arrival_s)
-    ))
-    write_csv(folder / "tokens.csv", TOKENS_COLUMNS, (
-        (r.spec.arm, r.spec.point_id, r.spec.repeat, t.request_id, t.index, t.time_s,
-         t.token_id, t.exit_depth)
-        for r in results for t in r.records.tokens
-    ))
+def write_records(folder: Path, results: Sequence[RunResult], fmt: str = "parquet",
+                  tokens: bool = True) -> list[Path]:
+    """Write the tables (module docstring) in ``fmt``; returns the files written."""
+    written = [
+        write_table(folder, "steps", fmt, STEPS_SCHEMA, [_steps(r) for r in results]),
+        write_table(folder, "requests", fmt, REQUESTS_SCHEMA, [_requests(r) for r in results]),
+        write_table(folder, "itl_quantiles", fmt, ITL_SCHEMA, itl_quantile_parts(results)),
+    ]
+    if tokens:
+        written.append(write_table(folder, "tokens", fmt, TOKENS_SCHEMA,
+                                   [_tokens(r) for r in results]))
+    return written
 
 
-def _opt(value: Any) -> Any:
-    return "" if value is None else value
+def _keys(r: RunResult, n: int) -> dict[str, np.ndarray | Codes]:
+    s = r.spec
+    return {"arm": Codes.constant(s.arm, n), "point_id": np.full(n, s.point_id, np.int64),
+            "repeat": np.full(n, s.repeat, np.int64)}
+
+
+def _ints(values: object) -> np.ndarray:
+    return np.array(values, dtype=np.int64)
+
+
+def _steps(r: RunResult) -> Columns:
+    t = r.records.steps
+    words = list(t.strings.values)
+    cols: dict[str, np.ndarray | Codes] = _keys(r, len(t))
+    cols.update({
+        "step": _ints(t.step), "start_s": np.array(t.start_s, dtype=np.float64),
+        "end_s": np.array(t.end_s, dtype=np.float64),
+        "stage": Codes(_ints(t.stage), words), "kind": Codes(_ints(t.kind), words),
+        "core_calls": _ints(t.core_calls), "num_decode_items": _ints(t.num_decode_items),
+        "num_prompt_items": _ints(t.num_prompt_items),
+        "num_prompt_tokens": _ints(t.num_prompt_tokens),
+        "num_fused_prelude_items": _ints(t.num_fused_prelude_items),
+        # PRELUDE and CODA steps have no depths: an empty field, missing when read back
+        "depths": Codes(_ints(t.depths), [w or None for w in words]),
+        "mixed": np.array(t.mixed, dtype=bool),
+    })
+    return cols
+
+
+def _requests(r: RunResult) -> Columns:
+    reqs = sorted(r.records.requests, key=lambda q: q.arrival_s)
+    reasons: list[str | None] = sorted({q.finish_reason or "" for q in reqs})
+    code = {v: i for i, v in enumerate(reasons)}
+    cols: dict[str, np.ndarray | Codes] = _keys(r, len(reqs))
+    cols.update({
+        "request_id": Codes(np.arange(len(reqs), dtype=np.int32), [q.request_id for q in reqs]),
+        "arrival_s": np.array([q.arrival_s for q in reqs], dtype=np.float64),
+        "prompt_tokens": _ints([q.prompt_tokens for q in reqs]),
+        "output_tokens": _ints([q.output_tokens for q in reqs]),
+        "first_token_s": _opt_floats([q.first_token_s for q in reqs]),
+        "finish_s": _opt_floats([q.finish_s for q in reqs]),
+        "injected": np.array([q.injected for q in reqs], dtype=bool),
+        "finish_reason": Codes(_ints([code[q.finish_reason or ""] for q in reqs]),
+                               [v or None for v in reasons]),
+    })
+    return cols
+
+
+def _opt_floats(values: list[float | None]) -> np.ndarray:
+    return np.array([np.nan if v is None else v for v in values], dtype=np.float64)
+
+
+def _tokens(r: RunResult) -> Columns:
+    t = r.records.tokens
+    cols: dict[str, np.ndarray | Codes] = _keys(r, len(t))
+    cols.update({
+        "request_id": Codes(_ints(t.request), list(t.request_ids.values)),
+        "index": _ints(t.index), "time_s": np.array(t.time_s, dtype=np.float64),
+        "token_id": _ints(t.token_id), "exit_depth": _ints(t.exit_depth),
+    })
+    return cols
+
+
+def itl_quantile_parts(results: Sequence[RunResult]) -> list[Columns]:
+    """``itl_quantiles``' rows: per (arm, point) in execution order, the pooled gaps'
+    quantiles (none for a pair without gaps)."""
+    pooled: dict[tuple[str, int], list[np.ndarray]] = {}
+    for r in results:
+        pooled.setdefault((r.spec.arm, r.spec.point_id), []).append(
+            inter_token_latencies(r.records))
+    q = np.array(ITL_QUANTILES)
+    parts: list[Columns] = []
+    for (arm, point_id), gaps in pooled.items():
+        ms = np.concatenate(gaps) * 1e3
+        if not ms.size:
+            continue
+        parts.append({"arm": Codes.constant(arm, q.size),
+                      "point_id": np.full(q.size, point_id, np.int64), "quantile": q,
+                      "itl_ms": np.quantile(ms, q), "num_gaps": np.full(q.size, ms.size)})
+    return parts

@@ -1,39 +1,115 @@
-"""Load a finished run folder (the files of DESIGN.md §11) for plots and reports.
+"""Load a finished run folder (the files of DESIGN.md §11) for plots and reports: the one
+reader of run folders, Parquet or CSV alike (``loopserve.outputs.tables``).
 
 ``loopserve run`` renders its report from the files it just wrote, through this module, so a
-report rebuilt later with ``loopserve report`` is the same document.
+report rebuilt later with ``loopserve report`` is the same document. The tables are read on
+first use; ``tokens`` is an empty frame when the run wrote no per-token rows.
 """
 
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pandas as pd
 import yaml
 
 from loopserve.errors import UserError
+from loopserve.outputs.records import ITL_COLUMNS, TOKENS_COLUMNS
+from loopserve.outputs.tables import find_table, read_table
 from loopserve.runs.summary import MedianRow, Summary
 from loopserve.runs.sweep import PointRow, reference_point
 
-REQUIRED_FILES = ("summary.json", "scenario.yaml", "steps.csv", "requests.csv", "tokens.csv")
+REQUIRED_FILES = ("summary.json", "scenario.yaml")
+REQUIRED_TABLES = ("steps", "requests")
+_OPTIONAL_TABLES = {"tokens": TOKENS_COLUMNS, "itl_quantiles": ITL_COLUMNS}
 
 
-@dataclass
 class RunData:
-    """One run folder: its summary, resolved scenario, env and the three CSV tables."""
+    """One run folder: its summary, resolved scenario, env and its tables (``steps``,
+    ``requests``, ``tokens``, ``itl_quantiles``), each read when first used. Frames given
+    to the constructor are used as they are."""
 
-    path: Path
-    summary: Summary
-    scenario: dict[str, Any]  # the resolved scenario.yaml as read (YAML)
-    env: dict[str, Any]  # env.json as read
-    steps: pd.DataFrame
-    requests: pd.DataFrame
-    tokens: pd.DataFrame
-    label: str = ""
-    _ref: int | None = field(default=None, repr=False)
+    def __init__(self, path: Path, summary: Summary, scenario: dict[str, Any],
+                 env: dict[str, Any], steps: pd.DataFrame | None = None,
+                 requests: pd.DataFrame | None = None, tokens: pd.DataFrame | None = None,
+                 label: str = "") -> None:
+        self.path = path
+        self.summary = summary
+        self.scenario = scenario  # the resolved scenario.yaml as read (YAML)
+        self.env = env  # env.json as read
+        self.label = label
+        self._tables: dict[str, pd.DataFrame] = {
+            name: df for name, df in (("steps", steps), ("requests", requests),
+                                      ("tokens", tokens)) if df is not None}
+        self._ref: int | None = None
+
+    def table(self, name: str) -> pd.DataFrame:
+        """A table of the folder (an empty frame with its columns when an optional one is
+        absent); UserError when it cannot be read."""
+        if name not in self._tables:
+            self._tables[name] = _load_table(self.path, name)
+        return self._tables[name]
+
+    @property
+    def steps(self) -> pd.DataFrame:
+        return self.table("steps")
+
+    @property
+    def requests(self) -> pd.DataFrame:
+        return self.table("requests")
+
+    @property
+    def tokens(self) -> pd.DataFrame:
+        return self.table("tokens")
+
+    @property
+    def has_tokens(self) -> bool:
+        """Whether the run wrote per-token rows (``outputs.tokens``, or a real target)."""
+        return not self.tokens.empty
+
+    def itl_distribution(self, arm: str, point_id: int) -> tuple[np.ndarray, np.ndarray]:
+        """(fraction of gaps <= x, x in ms) for ``arm`` at ``point_id``, every repeat pooled:
+        each gap from the token rows when the run has them, else the ``itl_quantiles``
+        table's points; both empty when there are no gaps."""
+        toks = self.tokens
+        if not toks.empty:
+            df = toks[(toks["arm"] == arm) & (toks["point_id"] == point_id)]
+            df = df.sort_values(["repeat", "request_id", "index"])
+            gaps = df.groupby(["repeat", "request_id"], sort=False)["time_s"].diff().dropna()
+            ms = np.sort(gaps.to_numpy(dtype=float) * 1e3)
+            return np.arange(1, ms.size + 1) / max(ms.size, 1), ms
+        q = self.table("itl_quantiles")
+        if q.empty:
+            return np.empty(0), np.empty(0)
+        sel = q[(q["arm"] == arm) & (q["point_id"] == point_id)]
+        return sel["quantile"].to_numpy(dtype=float), sel["itl_ms"].to_numpy(dtype=float)
+
+    def itl_tail(self, arm: str, point_id: int) -> tuple[np.ndarray, np.ndarray]:
+        """(x in ms, fraction of gaps >= x) for ``arm`` at ``point_id`` (1 - CDF), from the
+        same points as ``itl_distribution``; the largest gap's fraction is 1 / gaps."""
+        y, ms = self.itl_distribution(arm, point_id)
+        if not ms.size:
+            return ms, y
+        if find_table(self.path, "itl_quantiles") is None:  # every gap, sorted
+            return ms, (ms.size - np.arange(ms.size)) / ms.size
+        q = self.table("itl_quantiles")
+        n = int(q.loc[(q["arm"] == arm) & (q["point_id"] == point_id), "num_gaps"].iloc[0])
+        return ms, np.maximum(1.0 - y, 1.0 / n)
+
+    def itl_percentiles(self, arm: str, point_id: int,
+                        percentiles: tuple[float, ...]) -> list[float]:
+        """ITL percentiles (ms) of every gap pooled over repeats, by numpy's linear
+        interpolation: exact from token rows, and from ``itl_quantiles`` exact at its
+        quantiles (p50, p90, p99, p99.9 ...), interpolated between them."""
+        y, ms = self.itl_distribution(arm, point_id)
+        if not ms.size:
+            return [float("nan")] * len(percentiles)
+        if self.has_tokens:
+            return [float(v) for v in np.percentile(ms, percentiles)]
+        return [float(v) for v in np.interp(np.asarray(percentiles) / 100, y, ms)]
 
     @property
     def name(self) -> str:
@@ -78,22 +154,32 @@ def load_run(path: str | Path, label: str = "") -> RunData:
     p = Path(path)
     if not p.is_dir():
         raise UserError("run_dir", f"{p}: no such run folder")
-    for name in REQUIRED_FILES:
-        if not (p / name).is_file():
-            raise UserError("run_dir", f"{p}: missing {name}; is this a loopserve run folder?")
+    missing = [name for name in REQUIRED_FILES if not (p / name).is_file()]
+    missing += [f"{name}.parquet (or .csv)" for name in REQUIRED_TABLES
+                if find_table(p, name) is None]
+    if missing:
+        raise UserError("run_dir", f"{p}: missing {missing[0]}; is this a loopserve run "
+                        "folder?")
     try:
         summary = json.loads((p / "summary.json").read_text())
         scenario = yaml.safe_load((p / "scenario.yaml").read_text())
         env_path = p / "env.json"
         env = json.loads(env_path.read_text()) if env_path.is_file() else {}
-        tables = {
-            name: pd.read_csv(p / f"{name}.csv", keep_default_na=False, na_values=[""])
-            for name in ("steps", "requests", "tokens")
-        }
     except (OSError, ValueError, yaml.YAMLError) as err:
         raise UserError("run_dir", f"{p}: cannot read run files ({err})") from None
-    for df in tables.values():
-        if "arm" in df:
-            df["arm"] = df["arm"].astype(str)
-    return RunData(p, summary, scenario, env, tables["steps"], tables["requests"],
-                   tables["tokens"], label=label or p.name)
+    return RunData(p, summary, scenario, env, label=label or p.name)
+
+
+def _load_table(folder: Path, name: str) -> pd.DataFrame:
+    path = find_table(folder, name)
+    if path is None:
+        if name in _OPTIONAL_TABLES:
+            return pd.DataFrame({c: [] for c in _OPTIONAL_TABLES[name]})
+        raise UserError("run_dir", f"{folder}: missing {name}.parquet (or .csv)")
+    try:
+        df = read_table(path)
+    except (OSError, ValueError) as err:
+        raise UserError("run_dir", f"{path}: cannot read ({err})") from None
+    if "arm" in df:
+        df["arm"] = df["arm"].astype(str)
+    return df

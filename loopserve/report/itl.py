@@ -2,8 +2,9 @@
 p99.9 sit a decade apart instead of a sliver below 1, and ITL percentiles up to p99.9.
 
 Tick labels are plain numbers chosen inside the range the data covers (``log_ticks``), so an
-arm whose gaps sit between 2.9 and 3.7 ms gets labels there, not only at 5 and 10 ms. Without
-per-token rows (a run that did not keep tokens) the figure says so.
+arm whose gaps sit between 2.9 and 3.7 ms gets labels there, not only at 5 and 10 ms. The gaps
+come from the run folder's ``itl_quantiles`` (exact at p50, p90, p99, p99.9 and the max), or
+every gap of the token rows in a folder without it (``RunData.itl_tail``).
 """
 
 from __future__ import annotations
@@ -12,7 +13,6 @@ import math
 from collections.abc import Sequence
 
 import numpy as np
-import pandas as pd
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 from matplotlib.ticker import FixedLocator, FuncFormatter, NullFormatter, NullLocator
@@ -26,17 +26,6 @@ TAIL_PERCENTILES = (50.0, 90.0, 99.0, 99.9)
 MANTISSAS = ((1.0, 2.0, 5.0), (1.0, 1.5, 2.0, 3.0, 4.0, 5.0, 7.0),
              (1.0, 1.5, 2.0, 2.5, 3.0, 3.5, 4.0, 5.0, 6.0, 7.0, 8.0, 9.0))
 MIN_TICKS = 5
-
-
-def itl_ms(tokens: pd.DataFrame | None, arm: str, point_id: int) -> np.ndarray:
-    """Every gap between consecutive tokens of a request, pooled over requests and repeats
-    (empty without per-token rows)."""
-    if tokens is None or tokens.empty or "time_s" not in tokens:
-        return np.zeros(0)
-    df = tokens[(tokens["arm"] == arm) & (tokens["point_id"] == point_id)]
-    df = df.sort_values(["repeat", "request_id", "index"])
-    gaps = df.groupby(["repeat", "request_id"], sort=False)["time_s"].diff().dropna()
-    return np.asarray(gaps.to_numpy(dtype=float) * 1e3)
 
 
 def log_ticks(low: float, high: float) -> list[float]:
@@ -62,10 +51,8 @@ def _plain(v: float, _pos: object = None) -> str:
 
 def itl_percentiles(run: RunData, arm: str) -> list[float] | None:
     """ITL p50, p90, p99, p99.9 and max (ms) at the run's reference point, or None."""
-    gaps = itl_ms(run.tokens, arm, run.reference_point_id)
-    if not gaps.size:
-        return None
-    return [float(v) for v in np.percentile(gaps, TAIL_PERCENTILES)] + [float(gaps.max())]
+    pct = run.itl_percentiles(arm, run.reference_point_id, (*TAIL_PERCENTILES, 100.0))
+    return None if math.isnan(pct[0]) else pct
 
 
 def _fix_x(ax: Axes, low: float, high: float) -> None:
@@ -85,21 +72,20 @@ def itl_tail_figure(runs: Sequence[RunData]) -> Figure:
     lows, highs, floor = [], [], 1.0
     for i, run in enumerate(runs):
         for arm in run.arms:
-            gaps = np.sort(itl_ms(run.tokens, arm, run.reference_point_id))
-            gaps = gaps[gaps > 0]
+            gaps, above = run.itl_tail(arm, run.reference_point_id)  # fraction of gaps >= x
+            keep = gaps > 0
+            gaps, above = gaps[keep], above[keep]
             if not gaps.size:
                 continue
-            n = gaps.size
-            above = (n - np.arange(n)) / n  # fraction of gaps >= x
-            p99, p999 = np.percentile(gaps, [99.0, 99.9])
+            p99, p999 = run.itl_percentiles(arm, run.reference_point_id, (99.0, 99.9))
             ax.step(gaps, above, where="post", color=arm_color(arm),
                     linestyle=RUN_STYLES[i % len(RUN_STYLES)], linewidth=1.6,
                     label=f"{run.series_label(arm, multi)}  (p99 {p99:.3g}, p99.9 {p999:.3g} ms)")
             lows.append(gaps[0])
             highs.append(gaps[-1])
-            floor = min(floor, 1.0 / n)
+            floor = min(floor, float(above[-1]))
     if not lows:
-        ax.text(0.5, 0.5, "no per-token rows in this run (outputs.tokens: true keeps them)",
+        ax.text(0.5, 0.5, "no per-token rows or ITL quantiles in this run",
                 ha="center", va="center", transform=ax.transAxes)
         ax.set_axis_off()
         return fig
@@ -140,5 +126,6 @@ def itl_tail_section(runs: Sequence[RunData]) -> str:
     head = (["run"] if multi else []) + ["arm"] + [f"p{p:g}" for p in TAIL_PERCENTILES] + [
         "max"]
     return ("<h2>ITL tail (ms)</h2><p class='note'>Every token gap at the reference point, "
-            "all repeats pooled (numpy's linear interpolation).</p>"
+            "all repeats pooled (numpy's linear interpolation; from the run's itl_quantiles "
+            "table, exact at these percentiles).</p>"
             + table(head, rows, left=2 if multi else 1))

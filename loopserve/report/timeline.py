@@ -104,6 +104,24 @@ def draw_lane(ax: Axes, steps: Iterable[tuple[float, float, str]], decode_token_
         ax.spines[side].set_visible(False)
 
 
+def _token_ticks(run: RunData, arm: str, req: pd.DataFrame, steps: pd.DataFrame,
+                 start: float, stop: float) -> pd.Series:
+    """Decode tokens' times in the window; without token rows, the end of every coda step
+    (where tokens come out, the injected prompts' first tokens among them)."""
+    if not run.has_tokens:
+        return steps.loc[steps["stage"] == "CODA", "end_s"]
+    toks = _first_repeat(run.tokens, arm, run.reference_point_id)
+    decode_ids = set(req.loc[~req["injected"].astype(bool), "request_id"])
+    return toks.loc[toks["request_id"].isin(decode_ids) & toks["time_s"].between(start, stop),
+                    "time_s"]
+
+
+def _tick_label(runs: Sequence[RunData], any_injected: bool) -> str:
+    if not all(run.has_tokens for run in runs):
+        return "coda steps (tokens out)"
+    return "output tokens" if not any_injected else "decode tokens"
+
+
 def timeline_figure(runs: Sequence[RunData]) -> Figure:
     """Stacked per-arm timelines at each run's reference point, first repeat."""
     multi = len(runs) > 1
@@ -129,18 +147,15 @@ def timeline_figure(runs: Sequence[RunData]) -> Figure:
         inj = req[req["injected"].astype(bool) & req["first_token_s"].notna()
                   & (req["arrival_s"] <= stop) & (req["first_token_s"] >= start)]
         any_injected |= not inj.empty
-        toks = _first_repeat(run.tokens, arm, pid)
-        decode_ids = set(req.loc[~req["injected"].astype(bool), "request_id"])
-        toks = toks[toks["request_id"].isin(decode_ids) & toks["time_s"].between(start, stop)]
         draw_lane(ax, zip(steps["start_s"], steps["end_s"], steps["kind"], strict=True),
-                  toks["time_s"], zip(inj["arrival_s"], inj["first_token_s"], strict=True),
+                  _token_ticks(run, arm, req, steps, start, stop), zip(inj["arrival_s"], inj["first_token_s"], strict=True),
                   run.series_label(arm, multi), ttft_labels_until_s=stop)
     handles: list[Artist] = [Patch(color=c, label=KIND_LABELS[k]) for k, c in KIND_COLORS.items()]
     if any_injected:
         handles.append(Line2D([], [], color="black", marker="|",
                               label="injected prompt: arrival → first token"))
     handles.append(Line2D([], [], color="#333333", marker="|", linestyle="none",
-                          label="output tokens" if not any_injected else "decode tokens"))
+                          label=_tick_label(runs, any_injected)))
     fig.legend(handles=handles, loc="outside lower center", ncol=4, fontsize=8, frameon=False)
     fig.suptitle("Steps per arm (first repeat, reference point)", fontsize=11)
     return fig

@@ -22,7 +22,7 @@ from loopserve.workloads import WorkloadSpec
 Scalar = bool | int | float | str
 SIGNAL_EXIT_MODES = ("ouro", "ouro_delayed", "random_lookahead")
 # Fields a sweep or variant may not vary: they define the run itself.
-UNSWEEPABLE = ("name", "arms", "repeats", "sweep", "variants", "model")
+UNSWEEPABLE = ("name", "arms", "repeats", "sweep", "variants", "model", "outputs")
 
 
 class StrictModel(BaseModel):
@@ -154,6 +154,15 @@ class RunnerSpec(StrictModel):
     num_threads: int | None = Field(default=None, ge=1)
 
 
+class OutputsSpec(StrictModel):
+    """What the run folder holds (``loopserve.outputs.records``): tables as Parquet (zstd) or
+    CSV, and the per-token rows, which simulated runs write only when asked (real targets
+    always write them: their token ids are data)."""
+
+    format: Literal["parquet", "csv"] = "parquet"
+    tokens: bool = False
+
+
 class Scenario(StrictModel):
     """One scenario file. ``arms`` are canonical names after validation."""
 
@@ -173,6 +182,7 @@ class Scenario(StrictModel):
     variants: dict[str, dict[str, Scalar]] | None = None
     slo: SloSpec | None = None
     runner: RunnerSpec = Field(default_factory=RunnerSpec)
+    outputs: OutputsSpec = Field(default_factory=OutputsSpec)
 
     @field_validator("arms")
     @classmethod
