@@ -43,6 +43,7 @@ sim: native
 bench: native
 	$(BIN)/python -m tools.bench
 	$(BIN)/python -m tools.bench_serving
+	$(BIN)/python -m tools.bench_outputs
 
 # On the GPU machine: the image's python3, no venv, no network (docs/gpu.md).
 # DEVICE=cpu: the dry run in the venv, tiny model, seconds.

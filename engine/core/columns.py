@@ -136,8 +136,8 @@ class TokenTable:
         self.request = array("i")
         self.index = array("i")
         self.time_s = array("d")
-        self.token_id = array("q")
-        self.exit_depth = array("h")
+        self.token_id = array("i")
+        self.exit_depth = array("b")
         self.finished = array("b")
         self.finish_reason = array("b")
         self.request_ids = Strings()
@@ -165,6 +165,35 @@ class TokenTable:
 
     def __len__(self) -> int:
         return len(self.index)
+
+    def previous(self) -> array[int]:
+        """Per row, the row of the same request's previous token (-1 for its first);
+        ValueError when a request's tokens are out of order."""
+        last = array("q", [-1]) * len(self.request_ids.values)
+        prev = array("q", [-1]) * len(self.index)
+        request, index = self.request, self.index
+        for k in range(len(index)):
+            r = request[k]
+            j = last[r]
+            if j >= 0:
+                if index[k] != index[j] + 1:
+                    raise ValueError(
+                        f"tokens of {self.request_ids.values[r]} out of order: index "
+                        f"{index[k]} after {index[j]}")
+                prev[k] = j
+            last[r] = k
+        return prev
+
+    def gaps(self) -> array[float]:
+        """Every gap (s) between consecutive tokens of one request, in the order the later
+        token came (``previous``'s ValueError when out of order)."""
+        prev, time_s = self.previous(), self.time_s
+        out = array("d")
+        for k in range(len(prev)):
+            j = prev[k]
+            if j >= 0:
+                out.append(time_s[k] - time_s[j])
+        return out
 
     def row(self, i: int) -> TokenEvent:
         """Row ``i`` (negative counts from the end) as a ``TokenEvent``."""

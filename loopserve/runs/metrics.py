@@ -81,45 +81,21 @@ def consecutive_tokens(records: RunRecords) -> list[tuple[TokenEvent, TokenEvent
     """Every (token, next token) pair of the same request, pooled in the order the second
     token came; ValueError when a request's tokens are out of order."""
     toks = records.tokens
-    prev, cur = _pairs(records)
-    return [(toks.row(int(a)), toks.row(int(b))) for a, b in zip(prev, cur, strict=True)]
-
-
-def _pairs(records: RunRecords) -> tuple[np.ndarray, np.ndarray]:
-    """Row positions (previous, next) of every consecutive token pair of one request, in the
-    order the next token came; ValueError when a request's tokens are out of order."""
-    toks = records.tokens
-    req = np.frombuffer(toks.request, dtype=np.int32) if len(toks) else np.empty(0, np.int32)
-    order = np.argsort(req, kind="stable")  # each request's tokens, in emission order
-    same = req[order[1:]] == req[order[:-1]]
-    prev, cur = order[:-1][same], order[1:][same]
-    keep = np.argsort(cur, kind="stable")
-    prev, cur = prev[keep], cur[keep]
-    index = np.frombuffer(toks.index, dtype=np.int32) if len(toks) else np.empty(0, np.int32)
-    bad = np.flatnonzero(index[cur] != index[prev] + 1)
-    if bad.size:
-        a, b = toks.row(int(prev[bad[0]])), toks.row(int(cur[bad[0]]))
-        raise ValueError(f"tokens of {b.request_id} out of order: index {b.index} after "
-                         f"{a.index}")
-    return prev, cur
+    return [(toks.row(j), toks.row(k)) for k, j in enumerate(toks.previous()) if j >= 0]
 
 
 def inter_token_latencies(records: RunRecords) -> np.ndarray:
     """Every gap (s) between consecutive tokens of the same request, pooled in the order the
-    later token came."""
-    prev, cur = _pairs(records)
-    times = np.frombuffer(records.tokens.time_s, dtype=np.float64) if len(records.tokens) \
-        else np.empty(0)
-    return np.asarray(times[cur] - times[prev])
+    later token came; ValueError when a request's tokens are out of order."""
+    return np.array(records.tokens.gaps(), dtype=np.float64)
 
 
 def _num_depths(records: RunRecords) -> int | None:
     toks = records.tokens
-    if not len(toks):
-        return None
-    first = np.flatnonzero(np.frombuffer(toks.index, dtype=np.int32) == 0)
-    # the first token always runs all D depths
-    return int(toks.exit_depth[int(first[0])]) if first.size else None
+    for k, index in enumerate(toks.index):
+        if index == 0:
+            return int(toks.exit_depth[k])  # the first token always runs all D depths
+    return None
 
 
 def summarize(records: RunRecords, num_depths: int | None = None) -> Metrics:
