@@ -98,6 +98,8 @@ def test_records_become_outcomes_on_the_engine_clock() -> None:
         RequestRecord("b", 1.2, 5, 1, 2.0, 2.0, False, "error", 1.2),
     ]
     a, b = outcomes_from_records(rec)
+    assert list(a.itl) == [pytest.approx(0.2)]
+    a.itl = list(a.itl)
     assert a == RequestOutcome(12, True, 2, pytest.approx(0.5), [pytest.approx(0.2)],
                                pytest.approx(0.7), 1.0)
     assert not b.success and b.error == "finish_reason error" and b.start_s == 1.2

@@ -42,7 +42,7 @@ class RequestOutcome:
     success: bool = False
     output_tokens: int = 0
     ttft: float = 0.0
-    itl: list[float] = field(default_factory=list)
+    itl: Sequence[float] = field(default_factory=list)  # a run's records give numpy arrays
     latency: float = 0.0
     start_s: float = 0.0
     generated_text: str = ""
@@ -97,9 +97,9 @@ def parse_metrics(text: str) -> tuple[str, ...]:
     return tuple(out)
 
 
-def _stats(values: list[float], percentiles: Sequence[float]) -> tuple[float, float, float,
-                                                                       list[float]]:
-    arr = np.asarray(values if values else [0.0], dtype=np.float64) * 1000.0
+def _stats(values: Sequence[float], percentiles: Sequence[float]) -> tuple[float, float, float,
+                                                                           list[float]]:
+    arr = np.asarray(values if len(values) else [0.0], dtype=np.float64) * 1000.0
     pcts = [float(np.percentile(arr, p)) for p in percentiles]
     return float(arr.mean()), float(np.median(arr)), float(arr.std()), pcts
 
@@ -117,15 +117,11 @@ def _peaks(ok: Sequence[RequestOutcome]) -> tuple[float, int]:
     tokens = np.zeros(span)
     active = np.zeros(span)
     for o in ok:
-        t = o.start_s + o.ttft
-        times = [t]
-        for gap in o.itl:
-            t += gap
-            times.append(t)
-        for t in times:
-            bucket = int(t - t0)
-            if 0 <= bucket < span:
-                tokens[bucket] += 1
+        # token times as the running sum first + gap + gap ... (accumulate adds in order)
+        times = np.add.accumulate(np.concatenate(([o.start_s + o.ttft],
+                                                  np.asarray(o.itl, dtype=np.float64))))
+        bucket = (times - t0).astype(np.int64)  # truncated toward zero, as int()
+        tokens += np.bincount(bucket[(bucket >= 0) & (bucket < span)], minlength=span)
         first, last = int(o.start_s - t0), int(o.start_s + o.latency - t0)
         active[first:min(last + 1, span)] += 1
     return float(tokens.max()), int(active.max())
@@ -138,23 +134,28 @@ def vllm_results(
     percentile_metrics: Sequence[str] = DEFAULT_METRICS,
     percentiles: Sequence[float] = DEFAULT_PERCENTILES,
     goodput: Mapping[str, float] | None = None,
+    detailed: bool = True,
 ) -> dict[str, Any]:
-    """The result dict of one benchmark run (module docstring)."""
+    """The result dict of one benchmark run (module docstring); ``detailed`` False sets
+    ``itls`` (every gap of every request, the large list) to None."""
     unknown = [m for m in percentile_metrics if m not in METRICS]
     if unknown:
         raise ValueError(f"--percentile-metrics: unknown metric {unknown[0]!r}; use "
                          f"{','.join(METRICS)}")
     ok = [o for o in outcomes if o.success]
-    samples: dict[str, list[float]] = {m: [] for m in METRICS}
+    samples: dict[str, Sequence[float]] = {}
+    ttft, tpot_samples, e2el = [], [], []
     tpot_for_goodput: list[float] = []
     for o in ok:
         tpot = (o.latency - o.ttft) / (o.output_tokens - 1) if o.output_tokens > 1 else 0.0
         if o.output_tokens > 1:
-            samples["tpot"].append(tpot)
+            tpot_samples.append(tpot)
         tpot_for_goodput.append(tpot)
-        samples["ttft"].append(o.ttft)
-        samples["itl"].extend(o.itl)
-        samples["e2el"].append(o.latency)
+        ttft.append(o.ttft)
+        e2el.append(o.latency)
+    # pooled in request order as one array: a 100k-request run has tens of millions of gaps
+    itl = np.concatenate([np.asarray(o.itl, dtype=np.float64) for o in ok] or [np.empty(0)])
+    samples.update(ttft=ttft, tpot=tpot_samples, itl=itl, e2el=e2el)
     good = 0
     if goodput:
         per_request = {"ttft": samples["ttft"], "tpot": tpot_for_goodput,
@@ -179,7 +180,7 @@ def vllm_results(
         "input_lens": [o.prompt_len for o in outcomes],
         "output_lens": output_lens,
         "ttfts": [o.ttft for o in outcomes],
-        "itls": [list(o.itl) for o in outcomes],
+        "itls": [[float(g) for g in o.itl] for o in outcomes] if detailed else None,
         "generated_texts": [o.generated_text for o in outcomes],
         "errors": [o.error for o in outcomes],
         "max_output_tokens_per_s": peak_tokens,
@@ -198,19 +199,26 @@ def vllm_results(
 
 def outcomes_from_records(records: RunRecords) -> list[RequestOutcome]:
     """A run's finished requests as outcomes, on the engine's clock: start = arrival, the
-    token times from ``records.tokens``; requests that produced no token, or ended with
-    ``error`` or ``abort``, count as failed. In finish order."""
-    times: dict[str, list[float]] = {}
-    for tok in records.tokens:
-        times.setdefault(tok.request_id, []).append(tok.time_s)
+    token times from ``records.tokens`` (each request's ITLs a numpy array); requests that
+    produced no token, or ended with ``error`` or ``abort``, count as failed. In finish
+    order."""
+    toks = records.tokens
+    codes = np.array(toks.request, dtype=np.int32)
+    order = np.argsort(codes, kind="stable")  # each request's tokens in emission order
+    times = np.array(toks.time_s, dtype=np.float64)[order]
+    del order
+    counts = np.bincount(codes, minlength=len(toks.request_ids.values))
+    starts = np.cumsum(counts) - counts
+    code_of = {rid: i for i, rid in enumerate(toks.request_ids.values)}
     out = []
     for r in records.requests:
-        ts = times.get(r.request_id, [])
-        ok = bool(ts) and r.finish_reason in ("stop", "length")
+        code = code_of.get(r.request_id)
+        ts = times[starts[code]:starts[code] + counts[code]] if code is not None else times[:0]
+        ok = bool(ts.size) and r.finish_reason in ("stop", "length")
         out.append(RequestOutcome(
             prompt_len=r.prompt_tokens, success=ok, output_tokens=r.output_tokens if ok else 0,
-            ttft=ts[0] - r.arrival_s if ok else 0.0,
-            itl=[b - a for a, b in zip(ts, ts[1:], strict=False)] if ok else [],
-            latency=ts[-1] - r.arrival_s if ok else 0.0, start_s=r.arrival_s,
+            ttft=float(ts[0]) - r.arrival_s if ok else 0.0,
+            itl=np.diff(ts) if ok else [],
+            latency=float(ts[-1]) - r.arrival_s if ok else 0.0, start_s=r.arrival_s,
             error="" if ok else f"finish_reason {r.finish_reason}"))
     return out

@@ -59,7 +59,7 @@ def run_vllm_result(result: RunResult, target: str, goodput: dict[str, float] | 
     start = min((o.start_s for o in outcomes), default=0.0)
     end = max((o.start_s + o.latency for o in ok), default=start)
     res = vllm_results(outcomes, end - start, percentile_metrics=opts.percentile_metrics,
-                       percentiles=opts.percentiles, goodput=goodput)
+                       percentiles=opts.percentiles, goodput=goodput, detailed=False)
     for key in DETAILED_KEYS:
         del res[key]
     for key, value in res.items():  # vLLM divides by a zero span too; JSON has no NaN
