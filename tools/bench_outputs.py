@@ -11,7 +11,6 @@ Writes ``results/bench/<UTC timestamp>-outputs/outputs.json``.
 from __future__ import annotations
 
 import argparse
-import json
 import subprocess
 import sys
 import tempfile
@@ -40,9 +39,9 @@ def measure(num_requests: int, fmt: str) -> dict[str, Any]:
     ``ru_maxrss``: a fresh interpreter per measurement, so each peak is its own)."""
     with tempfile.TemporaryDirectory(prefix="bench-outputs-") as tmp:
         out = Path(tmp) / "run"
-        probe = (f"import resource, subprocess, sys; subprocess.run(sys.argv[1:], check=True, "
-                 f"stdout=subprocess.DEVNULL); print(resource.getrusage("
-                 f"resource.RUSAGE_CHILDREN).ru_maxrss)")
+        probe = ("import resource, subprocess, sys; subprocess.run(sys.argv[1:], check=True, "
+                 "stdout=subprocess.DEVNULL); print(resource.getrusage("
+                 "resource.RUSAGE_CHILDREN).ru_maxrss)")
         t0 = time.perf_counter()
         done = subprocess.run([sys.executable, "-c", probe, *command(num_requests, out, fmt)],
                               check=True, capture_output=True, text=True)
