@@ -10,7 +10,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import time
-from collections.abc import Sequence
 from pathlib import Path
 
 from loopserve.commands.args import integer
@@ -119,10 +118,12 @@ def ray_options(args: argparse.Namespace) -> RayOptions | None:
     return RayOptions(workers=workers, address=args.ray_address)
 
 
-def write_run(dest: Path, plan: Plan, runs: Sequence[RunResult], *, argv: list[str],
+def write_run(dest: Path, plan: Plan, runs: list[RunResult], *, argv: list[str],
               started_s: float, options: ResultOptions | None = None) -> Path:
     """Write every output file into a staging folder, render the report, rename to dest;
-    ``options``: vllm_results.json's metrics, percentiles and goodput SLOs."""
+    ``options``: vllm_results.json's metrics, percentiles and goodput SLOs. Consumes
+    ``runs``: the list is emptied once the files are written, so the report (read from
+    those files) renders with a large run's records freed."""
     scn = plan.scenario
     with files.staged_dir(dest) as tmp:
         files.write_scenario(tmp / "scenario.yaml", scn)
@@ -138,6 +139,7 @@ def write_run(dest: Path, plan: Plan, runs: Sequence[RunResult], *, argv: list[s
             target=plan.target, hardware=scn.hardware, run_id=dest.name, argv=argv,
             started_s=started_s, run_wall_s=timing, exit_model=exit_models(plan.exits),
             runner=plan.real.info() if plan.real is not None else None))
+        runs.clear()
         write_run_report([load_run(tmp, label=dest.name)], tmp, write_pngs=True)
     return dest / "report.html"
 

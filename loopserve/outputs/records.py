@@ -13,8 +13,10 @@ with the number of gaps.
 
 from __future__ import annotations
 
+from array import array
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -74,21 +76,26 @@ def _ints(values: object) -> np.ndarray:
     return np.array(values, dtype=np.int64)
 
 
+def _view(column: array[Any]) -> np.ndarray:
+    """A record column as numpy without a copy (its own width: int8 .. int64, float64)."""
+    dtype = np.dtype(column.typecode)
+    return np.frombuffer(column, dtype=dtype) if len(column) else np.empty(0, dtype)
+
+
 def _steps(r: RunResult) -> Columns:
     t = r.records.steps
     words = list(t.strings.values)
     cols: dict[str, np.ndarray | Codes] = _keys(r, len(t))
     cols.update({
-        "step": _ints(t.step), "start_s": np.array(t.start_s, dtype=np.float64),
-        "end_s": np.array(t.end_s, dtype=np.float64),
-        "stage": Codes(_ints(t.stage), words), "kind": Codes(_ints(t.kind), words),
-        "core_calls": _ints(t.core_calls), "num_decode_items": _ints(t.num_decode_items),
-        "num_prompt_items": _ints(t.num_prompt_items),
-        "num_prompt_tokens": _ints(t.num_prompt_tokens),
-        "num_fused_prelude_items": _ints(t.num_fused_prelude_items),
+        "step": _view(t.step), "start_s": _view(t.start_s), "end_s": _view(t.end_s),
+        "stage": Codes(_view(t.stage), words), "kind": Codes(_view(t.kind), words),
+        "core_calls": _view(t.core_calls), "num_decode_items": _view(t.num_decode_items),
+        "num_prompt_items": _view(t.num_prompt_items),
+        "num_prompt_tokens": _view(t.num_prompt_tokens),
+        "num_fused_prelude_items": _view(t.num_fused_prelude_items),
         # PRELUDE and CODA steps have no depths: an empty field, missing when read back
-        "depths": Codes(_ints(t.depths), [w or None for w in words]),
-        "mixed": np.array(t.mixed, dtype=bool),
+        "depths": Codes(_view(t.depths), [w or None for w in words]),
+        "mixed": _view(t.mixed).astype(bool),
     })
     return cols
 
@@ -120,9 +127,9 @@ def _tokens(r: RunResult) -> Columns:
     t = r.records.tokens
     cols: dict[str, np.ndarray | Codes] = _keys(r, len(t))
     cols.update({
-        "request_id": Codes(_ints(t.request), list(t.request_ids.values)),
-        "index": _ints(t.index), "time_s": np.array(t.time_s, dtype=np.float64),
-        "token_id": _ints(t.token_id), "exit_depth": _ints(t.exit_depth),
+        "request_id": Codes(_view(t.request), list(t.request_ids.values)),
+        "index": _view(t.index), "time_s": _view(t.time_s),
+        "token_id": _view(t.token_id), "exit_depth": _view(t.exit_depth),
     })
     return cols
 

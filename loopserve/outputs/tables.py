@@ -75,14 +75,17 @@ def _arrow(col: np.ndarray | Codes, kind: str) -> Any:
         mask = np.isin(col.codes, missing) if missing else None
         indices = pa.array(np.asarray(col.codes, dtype=np.int32), mask=mask)
         return pa.DictionaryArray.from_arrays(indices, values)
+    if kind in ("int", "counter"):  # the column's own width (no copy); read back as int64
+        return pa.array(col)
     return pa.array(col).cast(_arrow_type(kind))
 
 
 def _write_parquet(path: Path, name: str, schema: Schema, parts: Sequence[Columns]) -> None:
-    arrow_schema = pa.schema([(c, _arrow_type(k)) for c, k in schema],
+    columns = [[_arrow(p[c], k) for c, k in schema] for p in parts]
+    types = [a.type for a in columns[0]] if columns else [_arrow_type(k) for _, k in schema]
+    arrow_schema = pa.schema([(c, t) for (c, _), t in zip(schema, types, strict=True)],
                              metadata={"loopserve.table": name})
-    tables = [pa.Table.from_arrays([_arrow(p[c], k) for c, k in schema], schema=arrow_schema)
-              for p in parts]
+    tables = [pa.Table.from_arrays(cols, schema=arrow_schema) for cols in columns]
     table = pa.concat_tables(tables).unify_dictionaries() if tables else \
         arrow_schema.empty_table()
     plain = [c for c, k in schema if k in ("float", "counter")]
@@ -137,6 +140,7 @@ def read_table(path: Path) -> pd.DataFrame:
     if path.suffix == ".csv":
         return pd.read_csv(path, keep_default_na=False, na_values=[""])
     table = pq.read_table(path)
-    fields = [pa.field(f.name, pa.string()) if pa.types.is_dictionary(f.type) else f
+    fields = [pa.field(f.name, pa.string()) if pa.types.is_dictionary(f.type)
+              else pa.field(f.name, pa.int64()) if pa.types.is_integer(f.type) else f
               for f in table.schema]
     return table.cast(pa.schema(fields)).to_pandas()
