@@ -214,7 +214,7 @@ def test_failed_batches_do_not_move_the_decode_alternation(arm: str) -> None:
 def test_the_scheduler_admits_selects_and_requeues_without_a_core() -> None:
     cfg = make_config("per_depth")
     s = Scheduler(cfg, BlockManager(cfg.cache, 4), PromptStateHandles(4), make_policy("per_depth"))
-    req = Request("a", [1, 2, 3], SamplingParams(max_tokens=1), 0.0, 0, generation=0,
+    req = Request("a", (1, 2, 3), SamplingParams(max_tokens=1), 0.0, 0, generation=0,
                   exit=cfg.exit, arrival_seq=0)
     s.add(req)
     sel = s.schedule(2.5)

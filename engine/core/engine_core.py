@@ -23,7 +23,7 @@ from engine.core.errors import StaleResultError
 from engine.core.exits import make_decider, validate_trace
 from engine.core.policies import make_policy
 from engine.core.prompt_state import PromptStateHandles
-from engine.core.request import Request, SamplingParams, Stage
+from engine.core.request import Request, SamplingParams, Stage, frozen_ids
 from engine.core.results import CodaResult, RecurrentResult, StepResult, TokenEvent, result_matches
 from engine.core.scheduler import Scheduler
 
@@ -70,7 +70,7 @@ class EngineCore:
                 raise ValueError(f"exit_trace: request {request_id!r} uses trace mode without one")
             validate_trace(trace, exit_cfg, self.num_depths, params.max_tokens, request_id)
         req = Request(
-            request_id, list(prompt_token_ids), params, arrival_s, priority,
+            request_id, frozen_ids(prompt_token_ids), params, arrival_s, priority,
             generation=self._next_generation, exit=exit_cfg, arrival_seq=self._next_arrival,
         )
         if not self.block_manager.can_ever_fit(req.lifetime_tokens):

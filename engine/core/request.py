@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import enum
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -80,7 +81,7 @@ class Request:
     """A request as the core tracks it. Mutated only by the core."""
 
     request_id: str
-    prompt_token_ids: list[int]
+    prompt_token_ids: tuple[int, ...]  # shared with the caller's tuple, never copied
     params: SamplingParams
     arrival_s: float
     priority: int = 0
@@ -121,3 +122,9 @@ class Request:
     def lifetime_tokens(self) -> int:
         """Positions this request can ever write: prompt + all but the last output token."""
         return self.num_prompt_tokens + self.params.max_tokens - 1
+
+
+def frozen_ids(token_ids: Sequence[int]) -> tuple[int, ...]:
+    """``token_ids`` as a tuple: a tuple as it is (a queued request shares its workload's
+    ids instead of a copy per request), anything else copied into one."""
+    return token_ids if isinstance(token_ids, tuple) else tuple(token_ids)

@@ -9,6 +9,7 @@ first use; ``tokens`` is an empty frame when the run wrote no per-token rows.
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -17,7 +18,7 @@ import pandas as pd
 import yaml
 
 from loopserve.errors import UserError
-from loopserve.outputs.records import ITL_COLUMNS, TOKENS_COLUMNS
+from loopserve.outputs.records import ITL_COLUMNS, RUN_KEY_COLUMNS, TOKENS_COLUMNS
 from loopserve.outputs.tables import find_table, read_table
 from loopserve.runs.summary import MedianRow, Summary
 from loopserve.runs.sweep import PointRow, reference_point
@@ -68,14 +69,37 @@ class RunData:
     @property
     def has_tokens(self) -> bool:
         """Whether the run wrote per-token rows (``outputs.tokens``, or a real target)."""
-        return not self.tokens.empty
+        if "tokens" in self._tables:
+            return not self._tables["tokens"].empty
+        return find_table(self.path, "tokens") is not None
+
+    def first_repeat(self, name: str, arm: str, point_id: int,
+                     columns: Sequence[str] = ()) -> pd.DataFrame:
+        """The rows of ``name`` for ``arm`` at ``point_id`` in its lowest repeat (empty when
+        there are none): the run keys and ``columns`` (all when empty). A table not yet
+        loaded is read filtered, so the timeline of a 100k-request run reads its one run's
+        columns only."""
+        keys = {"arm": arm, "point_id": point_id}
+        if name in self._tables or find_table(self.path, name) is None:
+            df = self.table(name)
+            sel = df[(df["arm"] == arm) & (df["point_id"] == point_id)]
+            return sel[sel["repeat"] == sel["repeat"].min()] if not sel.empty else sel
+        path = find_table(self.path, name)
+        assert path is not None
+        repeats = _read(path, ["repeat"], keys)["repeat"]
+        if repeats.empty:
+            return _read(path, [*RUN_KEY_COLUMNS, *columns] if columns else None, keys)
+        return _read(path, [*RUN_KEY_COLUMNS, *columns] if columns else None,
+                     {**keys, "repeat": int(repeats.min())})
 
     def itl_distribution(self, arm: str, point_id: int) -> tuple[np.ndarray, np.ndarray]:
         """(fraction of gaps <= x, x in ms) for ``arm`` at ``point_id``, every repeat pooled:
-        each gap from the token rows when the run has them, else the ``itl_quantiles``
-        table's points; both empty when there are no gaps."""
-        toks = self.tokens
-        if not toks.empty:
+        the ``itl_quantiles`` table's points, or each gap from the token rows in a folder
+        without that table; both empty when there are no gaps."""
+        if find_table(self.path, "itl_quantiles") is None:
+            toks = self.tokens
+            if toks.empty:
+                return np.empty(0), np.empty(0)
             df = toks[(toks["arm"] == arm) & (toks["point_id"] == point_id)]
             df = df.sort_values(["repeat", "request_id", "index"])
             gaps = df.groupby(["repeat", "request_id"], sort=False)["time_s"].diff().dropna()
@@ -107,7 +131,7 @@ class RunData:
         y, ms = self.itl_distribution(arm, point_id)
         if not ms.size:
             return [float("nan")] * len(percentiles)
-        if self.has_tokens:
+        if find_table(self.path, "itl_quantiles") is None:  # every gap
             return [float(v) for v in np.percentile(ms, percentiles)]
         return [float(v) for v in np.interp(np.asarray(percentiles) / 100, y, ms)]
 
@@ -168,6 +192,16 @@ def load_run(path: str | Path, label: str = "") -> RunData:
     except (OSError, ValueError, yaml.YAMLError) as err:
         raise UserError("run_dir", f"{p}: cannot read run files ({err})") from None
     return RunData(p, summary, scenario, env, label=label or p.name)
+
+
+def _read(path: Path, columns: Sequence[str] | None, where: dict[str, Any]) -> pd.DataFrame:
+    try:
+        df = read_table(path, columns, where)
+    except (OSError, ValueError) as err:
+        raise UserError("run_dir", f"{path}: cannot read ({err})") from None
+    if "arm" in df:
+        df["arm"] = df["arm"].astype(str)
+    return df
 
 
 def _load_table(folder: Path, name: str) -> pd.DataFrame:

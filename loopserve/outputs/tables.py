@@ -134,12 +134,22 @@ def find_table(folder: Path, name: str) -> Path | None:
     return None
 
 
-def read_table(path: Path) -> pd.DataFrame:
+def read_table(path: Path, columns: Sequence[str] | None = None,
+               where: Mapping[str, Any] | None = None) -> pd.DataFrame:
     """A table file as a DataFrame: text as str, integers as int64, a missing value NaN;
-    the same frame from either format."""
+    the same frame from either format. ``columns`` limits the columns read, ``where``
+    ({column: value}) the rows (Parquet filters them while reading, so a large table is
+    never held whole)."""
+    cols = list(columns) if columns is not None else None
     if path.suffix == ".csv":
-        return pd.read_csv(path, keep_default_na=False, na_values=[""])
-    table = pq.read_table(path)
+        read = None if cols is None else list(dict.fromkeys([*cols, *(where or {})]))
+        df = pd.read_csv(path, keep_default_na=False, na_values=[""], usecols=read)
+        for name, value in (where or {}).items():
+            df = df[df[name] == value]
+        df = df if cols is None else df[cols]
+        return df.reset_index(drop=True) if where else df
+    filters = [(name, "==", value) for name, value in where.items()] if where else None
+    table = pq.read_table(path, columns=cols, filters=filters)
     fields = [pa.field(f.name, pa.string()) if pa.types.is_dictionary(f.type)
               else pa.field(f.name, pa.int64()) if pa.types.is_integer(f.type) else f
               for f in table.schema]

@@ -39,13 +39,7 @@ KIND_LABELS = {
 }
 _MAX_UNZOOMED_STEPS = 600
 MS = 1e3  # the time axis is in ms; records are in seconds
-
-
-def _first_repeat(df: pd.DataFrame, arm: str, point_id: int) -> pd.DataFrame:
-    sel = df[(df["arm"] == arm) & (df["point_id"] == point_id)]
-    if sel.empty:
-        return sel
-    return sel[sel["repeat"] == sel["repeat"].min()]
+STEP_COLUMNS = ("start_s", "end_s", "stage", "kind")  # what the lanes read of the steps
 
 
 def _window(series: Sequence[tuple[RunData, str]]) -> tuple[float, float, str]:
@@ -53,12 +47,12 @@ def _window(series: Sequence[tuple[RunData, str]]) -> tuple[float, float, str]:
     arrivals, firsts, ends, early_ends = [], [], [], []
     for run, arm in series:
         pid = run.reference_point_id
-        steps = _first_repeat(run.steps, arm, pid)
+        steps = run.first_repeat("steps", arm, pid, STEP_COLUMNS)
         if steps.empty:
             continue
         ends.append(float(steps["end_s"].max()))
         early_ends.append(float(steps["end_s"].iloc[min(len(steps), _MAX_UNZOOMED_STEPS) - 1]))
-        req = _first_repeat(run.requests, arm, pid)
+        req = run.first_repeat("requests", arm, pid)
         inj = req[req["injected"].astype(bool) & req["first_token_s"].notna()]
         if not inj.empty:  # the first injection of this lane
             first = inj.loc[inj["arrival_s"].idxmin()]
@@ -110,7 +104,7 @@ def _token_ticks(run: RunData, arm: str, req: pd.DataFrame, steps: pd.DataFrame,
     (where tokens come out, the injected prompts' first tokens among them)."""
     if not run.has_tokens:
         return steps.loc[steps["stage"] == "CODA", "end_s"]
-    toks = _first_repeat(run.tokens, arm, run.reference_point_id)
+    toks = run.first_repeat("tokens", arm, run.reference_point_id, ("request_id", "time_s"))
     decode_ids = set(req.loc[~req["injected"].astype(bool), "request_id"])
     return toks.loc[toks["request_id"].isin(decode_ids) & toks["time_s"].between(start, stop),
                     "time_s"]
@@ -141,9 +135,9 @@ def timeline_figure(runs: Sequence[RunData]) -> Figure:
             what = f"{run.label}: time (ms" if multi else "time (ms"
             ax.set_xlabel(what + (f", {zoomed})" if zoomed else ")"))
         pid = run.reference_point_id
-        steps = _first_repeat(run.steps, arm, pid)
+        steps = run.first_repeat("steps", arm, pid, STEP_COLUMNS)
         steps = steps[(steps["end_s"] >= start) & (steps["start_s"] <= stop)]
-        req = _first_repeat(run.requests, arm, pid)
+        req = run.first_repeat("requests", arm, pid)
         inj = req[req["injected"].astype(bool) & req["first_token_s"].notna()
                   & (req["arrival_s"] <= stop) & (req["first_token_s"] >= start)]
         any_injected |= not inj.empty
