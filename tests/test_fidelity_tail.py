@@ -8,6 +8,8 @@ from typing import Any
 
 import pytest
 
+from engine.core.columns import TokenTable
+from engine.core.results import TokenEvent
 from loopserve.fidelity.tail import tail, tail_lines
 from loopserve.fidelity.world import WorldRun
 
@@ -28,9 +30,9 @@ def _run(kinds: list[str], predicted: list[float], slow: dict[int, float]) -> Wo
         end = start + p * slow.get(i, slow.get(-1, 1.0))
         steps.append(SimpleNamespace(start_s=start, end_s=end, kind=kind))
         if kind == "decode":
-            tokens.append(SimpleNamespace(request_id="r", time_s=end, index=len(tokens)))
+            tokens.append(TokenEvent("r", len(tokens), end, 0, 4))
         t = end
-    records = SimpleNamespace(steps=steps, tokens=tokens)
+    records = SimpleNamespace(steps=steps, tokens=TokenTable.of(tokens))
     spec = SimpleNamespace(arm="mixed", point_id=0, repeat=0)
     return WorldRun(spec, records, [None] * len(steps), {}, predicted_s=list(predicted))  # type: ignore[arg-type]
 

@@ -1,6 +1,6 @@
 """vLLM's result flags on `loopserve run`: --percentile-metrics and --metric-percentiles pick
 vllm_results.json's keys, --goodput sets the SLOs (the scenario's slo by default), and every
-value is checked against the run's own requests.csv / tokens.csv computed here with numpy;
+value is checked against the run's own request and token rows computed here with numpy;
 bad values are one line, exit 2, nothing written."""
 
 from __future__ import annotations
@@ -10,10 +10,10 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import pandas as pd  # type: ignore[import-untyped]
 import pytest
 
 from loopserve.cli import main
+from loopserve.outputs.rundata import load_run
 from tests.scenario_fixtures import tiny, write_scenario
 
 POISSON = {"kind": "poisson", "num_requests": 8, "request_rate": 200.0,
@@ -34,9 +34,10 @@ def _run(tmp_path: Path, *flags: str, **changes: Any) -> list[dict[str, Any]]:
 
 def test_chosen_metrics_and_percentiles_match_the_runs_own_rows(tmp_path: Path) -> None:
     results = _run(tmp_path, "--percentile-metrics", "ttft,e2el,tpot",
-                   "--metric-percentiles", "50,99.9", "--goodput", "ttft:30", "e2el:70")
-    reqs = pd.read_csv(tmp_path / "run" / "requests.csv")
-    toks = pd.read_csv(tmp_path / "run" / "tokens.csv")
+                   "--metric-percentiles", "50,99.9", "--goodput", "ttft:30", "e2el:70",
+                   "--set", "outputs.tokens=true")
+    run = load_run(tmp_path / "run")
+    reqs, toks = run.requests, run.tokens
     for r in results:
         assert set(r) == COMMON | {f"{s}_{m}_ms" for s in ("mean", "median", "std", "p50",
                                                           "p99.9") for m in ("ttft", "e2el",
