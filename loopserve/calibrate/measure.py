@@ -139,7 +139,7 @@ class CalibrationRig:
             raise RuntimeError(f"calibration rig: KV too small for {tokens} positions")
         # Known to the bound core, or the runner drops the item as aborted (live_items) and
         # times an empty batch.
-        self.core.requests[key[0]] = Request(key[0], [], SamplingParams(), 0.0)
+        self.core.requests[key[0]] = Request(key[0], (), SamplingParams(), 0.0)
         if written:
             for d in range(self.num_depths):
                 self.kv.mark_written(key, d, 0, written)
