@@ -22,8 +22,9 @@ from loopserve.runs.ray_runs import RayOptions, ray_session
 from loopserve.schema import load_scenario
 from tests.scenario_fixtures import tiny, write_scenario
 
-DATA_FILES = ("scenario.yaml", "summary.json", "vllm_results.json", "steps.csv",
-              "requests.csv", "tokens.csv", "trace.json.gz", "timeline.png", "itl_cdf.png")
+DATA_FILES = ("scenario.yaml", "summary.json", "vllm_results.json", "steps.parquet",
+              "requests.parquet", "itl_quantiles.parquet", "trace.json.gz", "timeline.png",
+              "itl_cdf.png")
 
 
 def _sweep(folder: Path) -> Path:
