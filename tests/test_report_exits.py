@@ -24,13 +24,14 @@ def adaptive(tmp_path_factory: pytest.TempPathFactory) -> Path:
     folder = tmp_path_factory.mktemp("exits")
     out = folder / "run"
     path = write_scenario(folder, tiny(repeats=2, exit=ADAPTIVE))
-    assert main(["run", str(path), "--out", str(out), "--no-progress"]) == 0
+    assert main(["run", str(path), "--out", str(out), "--no-progress",
+                 "--set", "outputs.tokens=true"]) == 0
     return out
 
 
 def test_counts_are_the_decode_tokens_by_loops(adaptive: Path) -> None:
     summary = json.loads((adaptive / "summary.json").read_text())
-    tokens = pd.read_csv(adaptive / "tokens.csv")
+    tokens = load_run(adaptive).tokens
     rows = summary["exit_depth_counts"]
     assert [(r["point_id"], r["arm"]) for r in rows] == [
         (0, arm) for arm in ("atomic", "per_depth", "mixed")]

@@ -66,6 +66,10 @@ class RunData:
     def tokens(self) -> pd.DataFrame:
         return self.table("tokens")
 
+    @tokens.setter
+    def tokens(self, df: pd.DataFrame) -> None:
+        self._tables["tokens"] = df
+
     @property
     def has_tokens(self) -> bool:
         """Whether the run wrote per-token rows (``outputs.tokens``, or a real target)."""
