@@ -3,6 +3,7 @@ no traceback, and nothing written. Grow the table with every new case."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from pathlib import Path
 
@@ -25,6 +26,27 @@ def _bytes(name: str, data: bytes) -> Setup:
 
 def _scenario(name: str = "s.yaml", **changes: object) -> Setup:
     return _text(name, yaml.safe_dump(tiny(**changes), sort_keys=False))
+
+
+def _poisson(**lengths: object) -> dict[str, object]:
+    return {"kind": "poisson", "num_requests": 4, "request_rate": 1.0, "prompt_tokens": 4,
+            "output_tokens": 4, **lengths}
+
+
+def _checkpoint(name: str, weights: bytes | None = None, **config: object) -> Setup:
+    """A checkpoint folder of the tiny model's config.json (keys replaced, head_dim
+    dropped) and, when given, ``weights`` as its model.safetensors."""
+    def run(d: Path) -> None:
+        from engine.core.shapes import MODEL_SHAPES
+        from engine.model.config import OuroConfig
+
+        cfg = {**OuroConfig.from_shape(MODEL_SHAPES["tiny"]).to_hf_dict(), **config}
+        cfg.pop("head_dim", None)
+        (d / name).mkdir()
+        (d / name / "config.json").write_text(json.dumps(cfg))
+        if weights is not None:
+            (d / name / "model.safetensors").write_bytes(weights)
+    return run
 
 
 def _both(*setups: Setup) -> Setup:
@@ -56,6 +78,31 @@ CASES: list[tuple[str, Setup | None, list[str], str]] = [
      "--out: cannot write under /proc"),
     ("report-out-unwritable", None, ["report", "{d}", "--out", "/proc/loopserve-t"],
      "--out: cannot write under /proc"),
+    # defect 8: silently accepted or badly reported
+    ("sweep-repeated-value", _scenario(sweep={"scheduler.max_num_seqs": [16, 16]}),
+     ["sweep", "{d}/s.yaml"], "sweep.scheduler.max_num_seqs: 16 listed twice"),
+    ("length-dist-unknown-key", _scenario(workload=_poisson(
+        prompt_tokens={"dist": "fixed", "value": 4, "bogus": 1})),
+     ["run", "{d}/s.yaml"], "workload.prompt_tokens.bogus: unknown key (allowed: dist, value)"),
+    ("length-dist-unknown-dist", _scenario(workload=_poisson(
+        prompt_tokens={"dist": "fixd", "value": 4})),
+     ["run", "{d}/s.yaml"], "workload.prompt_tokens.dist: unknown 'fixd'; use one of"),
+    ("binary-trace-csv", _both(_bytes("t.csv", bytes(range(256))), _scenario(
+        workload={"kind": "trace", "path": "t.csv"})),
+     ["run", "{d}/s.yaml"], "workload.path: trace {d}/t.csv is not UTF-8 text"),
+    ("binary-trace-jsonl", _both(_bytes("t.jsonl", bytes(range(256))), _scenario(
+        workload={"kind": "trace", "path": "t.jsonl"})),
+     ["run", "{d}/s.yaml"], "workload.path: trace {d}/t.jsonl is not UTF-8 text"),
+    ("binary-sharegpt", _both(_bytes("g.json", bytes(range(256))), _scenario(
+        workload={"kind": "sharegpt", "path": "g.json", "num_requests": 2,
+                  "request_rate": 1.0})),
+     ["run", "{d}/s.yaml"], "workload.path: {d}/g.json is not UTF-8 text"),
+    # defect 6: checkpoint read errors
+    ("config-zero-heads", _both(_checkpoint("ck", num_attention_heads=0), _scenario(model="ck")),
+     ["run", "{d}/s.yaml"], "model.num_heads: must be an integer >= 1, got 0"),
+    ("corrupt-safetensors", _both(_checkpoint("ck", weights=b"\xff" * 64), _scenario(model="ck")),
+     ["run", "{d}/s.yaml", "--target", "cpu"],
+     "model: {d}/ck/model.safetensors: not a readable safetensors file"),
 ]
 
 

@@ -140,7 +140,7 @@ BAD_TRACE = "arrival_s,prompt_tokens,output_tokens\n0.0,8,4\n0.5,eight,4\n"
         (tiny(), ["seed.offset=1"], "seed.offset", "not a section"),
         (tiny(), ["scheduler.nope=1"], "scheduler.nope", "unknown key"),
         (tiny(), ["novalue"], "--set", "key=value"),
-        (tiny(), ["workload.kind=lottery"], "workload", "lottery"),
+        (tiny(), ["workload.kind=lottery"], "workload.kind", "lottery"),
     ],
 )
 def test_bad_input_is_one_line_exit_2_and_writes_nothing(

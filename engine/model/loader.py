@@ -10,7 +10,7 @@ import json
 from pathlib import Path
 
 import torch
-from safetensors import safe_open
+from safetensors import SafetensorError, safe_open
 from safetensors.torch import save_file
 
 from engine.model.alloc import default_dtype, empty_model
@@ -31,6 +31,18 @@ def _shape(t: tuple[int, ...] | torch.Size) -> str:
     return "[" + ", ".join(str(d) for d in t) + "]"
 
 
+
+def _check_readable(file: Path) -> None:
+    """ValueError naming ``file`` when it is not a safetensors file (a truncated download,
+    another format under the name): safetensors' own error would not name it."""
+    try:
+        with safe_open(str(file), framework="pt", device="cpu") as f:
+            f.keys()
+    except (SafetensorError, OSError) as err:
+        raise ValueError(f"{file}: not a readable safetensors file ({err}); "
+                         "re-save or download it again") from None
+
+
 @torch.no_grad()
 def load_checkpoint(
     path: str | Path,
@@ -49,6 +61,7 @@ def load_checkpoint(
     expected = model.state_dict()
     seen: set[str] = set()
     for file in files:
+        _check_readable(file)
         with safe_open(str(file), framework="pt", device="cpu") as f:
             for name in f.keys():  # noqa: SIM118 (safe_open is not a mapping)
                 if name not in expected:

@@ -136,10 +136,11 @@ def load_scenario(path: str | Path, sets: Sequence[str] = ()) -> Scenario:
 
 # ---- error rendering ---------------------------------------------------------------------
 def _user_error(err: ValidationError, data: dict[str, Any]) -> UserError:
-    e = err.errors(include_url=False)[0]
-    loc = _input_path(e["loc"], data)
-    msg = str(e["msg"])
+    e = _best_error(err.errors(include_url=False), data)
     kind = e["type"]
+    # the key named last is the error's subject only when it is missing or unknown
+    loc = (_input_path if kind in ("extra_forbidden", "missing") else _known_path)(e["loc"], data)
+    msg = str(e["msg"])
     if kind == "extra_forbidden":
         allowed = _allowed_keys(loc[:-1], data)
         hint = difflib.get_close_matches(str(loc[-1]), allowed, n=1)
@@ -148,6 +149,10 @@ def _user_error(err: ValidationError, data: dict[str, Any]) -> UserError:
             msg += f" (allowed: {', '.join(allowed)})"
     elif kind == "missing":
         msg = "required field is missing"
+    elif kind == "union_tag_invalid":
+        ctx = e.get("ctx", {})
+        loc = [*loc, ctx.get("discriminator", "kind").strip("'")]
+        msg = f"unknown {ctx.get('tag')!r}; use one of {ctx.get('expected_tags')}"
     elif msg.startswith("Value error, "):
         msg = msg[len("Value error, ") :]
         head, sep, rest = msg.partition(": ")
@@ -159,6 +164,45 @@ def _user_error(err: ValidationError, data: dict[str, Any]) -> UserError:
         msg = f"{msg}, got {e['input']!r}"
     field = ".".join(str(p) for p in loc) or "scenario"
     return UserError(field, msg)
+
+
+# a branch of a union that wanted another kind of input than the one given
+_SCALAR_MISMATCH = ("int_type", "float_type", "bool_type", "string_type", "int_parsing")
+_MAPPING_MISMATCH = ("model_attributes_type", "model_type", "dict_type")
+
+
+def _best_error(errors: list[Any], data: dict[str, Any]) -> Any:
+    """The error to report: the first one, unless it comes from a union branch that wanted
+    another kind of input (``prompt_tokens: {dist: fixed, bogus: 1}`` fails the int branch
+    first); then the deepest error of the same field from a branch that fits the input."""
+    first = errors[0]
+    field = _known_path(first["loc"], data)
+    same = [e for e in errors if _known_path(e["loc"], data)[: len(field)] == field]
+
+    def fits(e: Any) -> bool:
+        given = e.get("input")
+        if e["type"] in _SCALAR_MISMATCH:
+            return not isinstance(given, (dict, list))
+        if e["type"] in _MAPPING_MISMATCH:
+            return isinstance(given, dict)
+        return True
+
+    fitting = [e for e in same if fits(e)]
+    if not fitting or fits(first):
+        return first
+    return max(fitting, key=lambda e: len(_input_path(e["loc"], data)))
+
+
+
+def _known_path(loc: tuple[Any, ...], data: Any) -> list[Any]:
+    """The keys of ``loc`` present in the input (the field an error is about)."""
+    path = _input_path(loc, data)
+    node = data
+    for i, part in enumerate(path):
+        if not isinstance(node, (dict, list)) or (isinstance(node, dict) and part not in node):
+            return path[:i]
+        node = node[part]
+    return path
 
 
 def _input_path(loc: tuple[Any, ...], data: Any) -> list[Any]:
@@ -209,11 +253,14 @@ def _pick_model(annotation: Any, node: Any) -> Any:
         return _pick_model(typing.get_args(annotation)[0], node)
     if origin in (typing.Union, types.UnionType):
         members = [a for a in typing.get_args(annotation) if a is not type(None)]
-        kind = node.get("kind") if isinstance(node, dict) else None
         for m in members:
             m = _pick_model(m, node)
-            if isinstance(m, type) and issubclass(m, BaseModel) and "kind" in m.model_fields:
-                if kind in typing.get_args(m.model_fields["kind"].annotation):
+            if not (isinstance(m, type) and issubclass(m, BaseModel)):
+                continue
+            for tag in ("kind", "dist"):  # the schema's discriminators
+                given = node.get(tag) if isinstance(node, dict) else None
+                if tag in m.model_fields and given in typing.get_args(
+                        m.model_fields[tag].annotation):
                     return m
         return members[0] if len(members) == 1 else None
     return annotation

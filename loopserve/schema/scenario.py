@@ -227,6 +227,8 @@ class Scenario(StrictModel):
                     raise ValueError(f"{key}: cannot be swept; vary scheduler/cache/exit/workload")
                 if isinstance(values, list) and not values:
                     raise ValueError(f"{key}: empty list; give at least one value")
+                if isinstance(values, list):
+                    _distinct(key, values)
         return v
 
     @model_validator(mode="after")
@@ -255,3 +257,13 @@ def _arm(name: str) -> str:
         raise ValueError(
             f"unknown arm {name!r}; use atomic|per_depth|mixed (aliases A0|A1|A2)"
         ) from None
+
+
+def _distinct(key: str, values: list[Any]) -> None:
+    """A sweep list names each value once (two equal points would be one point run twice)."""
+    seen: set[tuple[str, Any]] = set()
+    for v in values:
+        tag = (type(v).__name__, v)
+        if tag in seen:
+            raise ValueError(f"{key}: {v!r} listed twice; list each value once")
+        seen.add(tag)

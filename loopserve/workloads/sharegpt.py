@@ -46,6 +46,9 @@ def load_sharegpt(path: str | Path) -> list[tuple[int, int]]:
         data = json.loads(p.read_text(encoding="utf-8"))
     except OSError as exc:
         raise ValueError(f"workload.path: cannot read {p} ({exc.strerror or exc})") from None
+    except UnicodeDecodeError as exc:
+        raise ValueError(f"workload.path: {p} is not UTF-8 text (byte {exc.start}); give "
+                         "ShareGPT JSON") from None
     except json.JSONDecodeError as exc:
         raise ValueError(f"workload.path: {p} is not valid JSON (line {exc.lineno}: "
                          f"{exc.msg})") from None

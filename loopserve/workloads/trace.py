@@ -145,6 +145,9 @@ def load_trace(path: str | Path) -> list[TraceRow]:
     except OSError as exc:
         raise ValueError(f"workload.path: cannot read trace {p} ({exc.strerror or exc})"
                          ) from None
+    except UnicodeDecodeError as exc:
+        raise ValueError(f"workload.path: trace {p} is not UTF-8 text (byte {exc.start}); "
+                         "give a CSV or JSON Lines file") from None
     rows_in = _csv_rows(p, text) if p.suffix.lower() == ".csv" else _jsonl_rows(p, text)
     rows: list[TraceRow] = []
     seen: dict[str, int] = {}
