@@ -11,7 +11,8 @@ import pytest
 import yaml
 
 from loopserve.cli import main
-from tests.scenario_fixtures import tiny
+from loopserve.runs.footprint import LIMIT_ENV
+from tests.scenario_fixtures import TINY, tiny
 
 Setup = Callable[[Path], None]
 
@@ -100,6 +101,41 @@ CASES: list[tuple[str, Setup | None, list[str], str]] = [
     # defect 6: checkpoint read errors
     ("config-zero-heads", _both(_checkpoint("ck", num_attention_heads=0), _scenario(model="ck")),
      ["run", "{d}/s.yaml"], "model.num_heads: must be an integer >= 1, got 0"),
+    # defect 5: sizes past a bound of the schema, or past the memory the machine has (the
+    # test caps it at 8 GiB), are refused before any work
+    ("num-blocks-1e10", _scenario(cache={"num_blocks": 10**10}), ["run", "{d}/s.yaml"],
+     "cache.num_blocks: 10000000000 is past the upper bound; use at most 2147483647"),
+    ("max-num-seqs-1e9", _scenario(scheduler={"max_num_seqs": 10**9}), ["run", "{d}/s.yaml"],
+     "scheduler.max_num_seqs: 1000000000 is past the upper bound; use at most 65536"),
+    ("decode-output-tokens-1e9", _scenario(workload={**TINY["workload"],
+                                                     "decode_output_tokens": 10**9}),
+     ["run", "{d}/s.yaml"], "workload.decode_output_tokens: 1000000000 is past the upper bound"),
+    ("trace-prompt-1e8", _both(_text("t.csv", "arrival_s,prompt_tokens,output_tokens\n"
+                                               "0,100000000,4\n"),
+                               _scenario(workload={"kind": "trace", "path": "t.csv"})),
+     ["run", "{d}/s.yaml"], "t.csv:2: column prompt_tokens: at most 1048576 tokens"),
+    ("repeats-1e8", _scenario(repeats=10**8), ["run", "{d}/s.yaml"],
+     "repeats: 100000000 is past the upper bound; use at most 1000"),
+    ("num-requests-1e9", _scenario(workload=_poisson(num_requests=10**9)), ["run", "{d}/s.yaml"],
+     "workload.num_requests: 1000000000 is past the upper bound"),
+    ("block-size-1e7-cpu", _scenario(cache={"block_size": 10**7}),
+     ["run", "{d}/s.yaml", "--target", "cpu"], "cache.block_size: 10000000 is past the upper"),
+    ("kv-bookkeeping-past-memory", _scenario(cache={"num_blocks": 2**31 - 1}),
+     ["run", "{d}/s.yaml"], "cache.num_blocks: 2147483647 blocks of 16 tokens need ~128.0 GiB "
+     "of host memory (arm atomic), 8.0 GiB available; lower cache.num_blocks"),
+    ("kv-tensors-past-memory-cpu", _scenario(cache={"num_blocks": 100_000, "block_size": 1024}),
+     ["run", "{d}/s.yaml", "--target", "cpu"], "cache.num_blocks: 100000 blocks of 1024 tokens "
+     "need ~24.4 GiB of host memory"),
+    ("auto-sized-cache-for-a-1m-prompt", _both(
+        _text("t.csv", "arrival_s,prompt_tokens,output_tokens\n0,1048576,4\n"),
+        _scenario(arms=["A0"], scheduler={"max_num_seqs": 4096},
+                  workload={"kind": "trace", "path": "t.csv"})),
+     ["run", "{d}/s.yaml"], "cache.num_blocks: sized automatically to 4294983680 blocks"),
+    ("records-of-one-run-past-memory", _scenario(workload=_poisson(num_requests=10**7)),
+     ["run", "{d}/s.yaml"], "workload.num_requests: one run's records (10000000 requests"),
+    ("records-of-the-repeats-past-memory", _scenario(repeats=1000, workload=_poisson(
+        num_requests=2000, output_tokens=1000)),
+     ["run", "{d}/s.yaml"], "repeats: 1000 repeats x 3 arms of"),
     ("corrupt-safetensors", _both(_checkpoint("ck", weights=b"\xff" * 64), _scenario(model="ck")),
      ["run", "{d}/s.yaml", "--target", "cpu"],
      "model: {d}/ck/model.safetensors: not a readable safetensors file"),
@@ -110,8 +146,9 @@ CASES: list[tuple[str, Setup | None, list[str], str]] = [
                          ids=[c[0] for c in CASES])
 def test_bad_input_is_one_line_exit_2_nothing_written(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], setup: Setup | None, argv: list[str],
-    fragment: str,
+    fragment: str, monkeypatch: pytest.MonkeyPatch,
 ) -> None:
+    monkeypatch.setenv(LIMIT_ENV, str(8 << 30))  # the memory estimate's cases: any machine
     if setup is not None:
         setup(tmp_path)
     before = sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*"))

@@ -18,12 +18,13 @@ from engine.core.exits import stable_seed
 from engine.core.records import ArrivalSource
 from engine.core.shapes import MODEL_SHAPES
 from loopserve.errors import UserError
+from loopserve.runs import footprint
 from loopserve.runs.exit_source import ExitSource, exit_source
 from loopserve.runs.sweep import SweepPoint, expand, reference_point
 from loopserve.schema.build import engine_config, lifetime_bound, model_shape
 from loopserve.schema.scenario import Scenario
 from loopserve.targets.base import RunSpec, Target
-from loopserve.targets.load import check_real
+from loopserve.targets.load import check_real, device_free
 from loopserve.workloads import build_source
 from sim.cost import make_cost_model
 from sim.cost.base import CostModel
@@ -57,6 +58,7 @@ def plan_runs(scn: Scenario, target: str) -> Plan:
     points = expand(scn)
     ref = reference_point(scn.model_dump(), [p.row for p in points])
     plan = Plan(scn, target, shape, points, [], ref)
+    footprint.check_sources(scn, points, shape)  # before any source is built
     configs: dict[tuple[int, str], EngineConfig] = {}
     for point in points:
         context = f"sweep point {point.point_id}: {point.label}" if scn.is_sweep else ""
@@ -68,6 +70,10 @@ def plan_runs(scn: Scenario, target: str) -> Plan:
         if target == "sim":
             plan.costs[point.point_id] = _cost_model(point.scenario, shape, context)
             plan.exits[point.point_id] = exit_source(point.scenario, shape, context)
+    dtype = scn.runner.dtype or ("float32" if target == "cpu" else "bfloat16")
+    footprint.check_plan(scn, configs, target=target,
+                         dtype_bytes=4 if dtype == "float32" else 2,
+                         device_free=device_free(target) if target != "sim" else None)
     for point in points:
         for repeat in range(scn.repeats):
             for arm in scn.arms:

@@ -149,6 +149,9 @@ def _user_error(err: ValidationError, data: dict[str, Any]) -> UserError:
             msg += f" (allowed: {', '.join(allowed)})"
     elif kind == "missing":
         msg = "required field is missing"
+    elif kind == "less_than_equal":
+        most = e.get("ctx", {}).get("le")
+        msg = f"{e.get('input')!r} is past the upper bound; use at most {most}"
     elif kind == "union_tag_invalid":
         ctx = e.get("ctx", {})
         loc = [*loc, ctx.get("discriminator", "kind").strip("'")]

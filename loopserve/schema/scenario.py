@@ -11,18 +11,26 @@ from __future__ import annotations
 import dataclasses
 import typing
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, create_model, field_validator, model_validator
 
 from engine.core.config import ExitMode, SchedulerConfig, resolve_arm
 from engine.core.shapes import MODEL_SHAPES
 from loopserve.workloads import WorkloadSpec
+from loopserve.workloads.base import MAX_NUM_SEQS, MAX_REQUEST_TOKENS
 
 Scalar = bool | int | float | str
 SIGNAL_EXIT_MODES = ("ouro", "ouro_delayed", "random_lookahead")
 # Fields a sweep or variant may not vary: they define the run itself.
 UNSWEEPABLE = ("name", "arms", "repeats", "sweep", "variants", "model", "outputs")
+# Upper bounds of sizes (issue 13); the memory estimate (loopserve.runs.footprint) covers
+# what fits below them.
+SCHEDULER_BOUNDS = {"max_num_seqs": MAX_NUM_SEQS, "max_num_batched_tokens": MAX_REQUEST_TOKENS,
+                    "prefill_chunk_size": MAX_REQUEST_TOKENS}
+MAX_NUM_BLOCKS = (1 << 31) - 1  # block ids are int32 on the device
+MAX_BLOCK_SIZE = 1024  # tokens per block (vLLM's largest is 256)
+MAX_REPEATS = 1000
 
 
 class StrictModel(BaseModel):
@@ -37,7 +45,10 @@ def _scheduler_fields(optional: bool) -> dict[str, Any]:
     for f in dataclasses.fields(SchedulerConfig):
         if not f.init or f.name == "arm":
             continue
-        out[f.name] = (hints[f.name] | None, None) if optional else (hints[f.name], f.default)
+        hint = hints[f.name]
+        if f.name in SCHEDULER_BOUNDS:
+            hint = Annotated[hint, Field(le=SCHEDULER_BOUNDS[f.name])]
+        out[f.name] = (hint | None, None) if optional else (hint, f.default)
     return out
 
 
@@ -82,8 +93,8 @@ class CacheSpec(StrictModel):
     ``enable_prefix_caching`` (off by default, so existing scenarios keep their results)
     reuses cached full prompt blocks across requests, on every depth plane."""
 
-    num_blocks: int | None = Field(default=None, ge=1)
-    block_size: int = Field(default=16, ge=1)
+    num_blocks: int | None = Field(default=None, ge=1, le=MAX_NUM_BLOCKS)
+    block_size: int = Field(default=16, ge=1, le=MAX_BLOCK_SIZE)
     layout: Literal["last_exited", "shared"] = "last_exited"
     incremental_allocation: bool = False
     enable_prefix_caching: bool = False
@@ -171,7 +182,7 @@ class Scenario(StrictModel):
     hardware: str = "h200"
     cost: CostSpec = Field(default_factory=CostSpec)
     seed: int = Field(default=0, ge=0)
-    repeats: int = Field(default=1, ge=1)
+    repeats: int = Field(default=1, ge=1, le=MAX_REPEATS)
     arms: list[str]
     scheduler: SchedulerSpec = Field(default_factory=SchedulerSpec)  # type: ignore[valid-type]
     arm_overrides: dict[str, SchedulerOverride] = Field(default_factory=dict)  # type: ignore[valid-type]

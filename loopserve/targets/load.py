@@ -27,6 +27,12 @@ def check_real(target: str) -> None:
     _real().check_device(target)
 
 
+def device_free(target: str) -> int | None:
+    """Free memory of the ``target`` GPU in bytes (None on cpu: the host's counts)."""
+    free: int | None = _real().device_free(target)
+    return free
+
+
 def real_target(scn: Scenario, target: str) -> Target:
     """The real engine on ``target`` (cpu | cuda), its model built once for every run."""
     built: Target = _real().RealTarget(scn, target)

@@ -31,6 +31,13 @@ def check_device(target: str) -> None:
         raise UserError("--target", "cuda: no CUDA device on this machine; use cpu or sim")
 
 
+def device_free(target: str) -> int | None:
+    """Free bytes on the cuda device now; None for cpu."""
+    if target != "cuda" or not torch.cuda.is_available():
+        return None
+    return int(torch.cuda.mem_get_info()[0])
+
+
 class RealTarget:
     """Builds the model once and runs each planned run on wall-clock time."""
 

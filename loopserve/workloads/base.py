@@ -25,6 +25,14 @@ _PREFIX_STREAM = 0x70726678  # "prfx": shared prefixes' ids
 _CHOICE_STREAM = 0x63686F73  # "chos": which prefix a request starts with
 
 
+# Upper bounds (issue 13): past them a run cannot fit in memory, or means nothing.
+MAX_REQUEST_TOKENS = 1 << 20  # one prompt or output: 1M tokens, past every supported context
+MAX_REQUESTS = 10_000_000  # requests of one run
+MAX_NUM_SEQS = 1 << 16  # requests running at once (scheduler.max_num_seqs, decoders)
+Tokens = Annotated[int, Field(ge=1, le=MAX_REQUEST_TOKENS)]
+Count = Annotated[int, Field(ge=1, le=MAX_REQUESTS)]
+
+
 class StrictModel(BaseModel):
     """Unknown keys and wrong types are errors (an int still fills a float field)."""
 
@@ -35,15 +43,15 @@ class FixedLength(StrictModel):
     """Always ``value`` tokens."""
 
     dist: Literal["fixed"]
-    value: int = Field(ge=1)
+    value: Tokens
 
 
 class UniformLength(StrictModel):
     """Uniform integer in [low, high]."""
 
     dist: Literal["uniform"]
-    low: int = Field(ge=1)
-    high: int = Field(ge=1)
+    low: Tokens
+    high: Tokens
 
     @model_validator(mode="after")
     def _ordered(self) -> UniformLength:
@@ -56,10 +64,10 @@ class LognormalLength(StrictModel):
     """exp(N(ln median, sigma)), rounded to an integer and clipped to [min, max]."""
 
     dist: Literal["lognormal"]
-    median: float = Field(gt=0)
+    median: float = Field(gt=0, le=MAX_REQUEST_TOKENS)
     sigma: float = Field(ge=0)
-    min: int = Field(default=1, ge=1)
-    max: int = Field(ge=1)
+    min: int = Field(default=1, ge=1, le=MAX_REQUEST_TOKENS)
+    max: Tokens
 
     @model_validator(mode="after")
     def _ordered(self) -> LognormalLength:
@@ -69,7 +77,7 @@ class LognormalLength(StrictModel):
 
 
 LengthDist = Annotated[FixedLength | UniformLength | LognormalLength, Field(discriminator="dist")]
-LengthSpec = Annotated[int, Field(ge=1)] | LengthDist
+LengthSpec = Tokens | LengthDist
 
 
 def length_max(spec: int | FixedLength | UniformLength | LognormalLength) -> int:
@@ -134,8 +142,8 @@ class SharedPrefix(StrictModel):
     prefixes (a system prompt, few-shot examples), picked per request from a seeded stream;
     the rest of the prompt, and every length, stays what it is without the option."""
 
-    tokens: int = Field(ge=1)
-    num_prefixes: int = Field(default=1, ge=1)
+    tokens: Tokens
+    num_prefixes: int = Field(default=1, ge=1, le=MAX_REQUESTS)
 
     def apply(
         self, prompt: Sequence[int], *, seed: int, index: int, vocab_size: int

@@ -7,7 +7,13 @@ from typing import Literal
 
 from pydantic import Field
 
-from loopserve.workloads.base import LengthSpec, SharedPrefix, StaticSource, StrictModel
+from loopserve.workloads.base import (
+    Count,
+    LengthSpec,
+    SharedPrefix,
+    StaticSource,
+    StrictModel,
+)
 from loopserve.workloads.poisson import rate_source
 
 
@@ -15,7 +21,7 @@ class GammaWorkload(StrictModel):
     """Gamma-distributed gaps with shape ``burstiness`` (1.0 = Poisson, < 1 burstier)."""
 
     kind: Literal["gamma"]
-    num_requests: int = Field(ge=1)
+    num_requests: Count
     request_rate: float = Field(gt=0, allow_inf_nan=False)
     burstiness: float = Field(default=1.0, gt=0, allow_inf_nan=False)
     prompt_tokens: LengthSpec

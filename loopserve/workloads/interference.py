@@ -15,9 +15,11 @@ from pydantic import Field, model_validator
 
 from engine.core.records import ArrivalSpec
 from loopserve.workloads.base import (
+    MAX_NUM_SEQS,
     SharedPrefix,
     StaticSource,
     StrictModel,
+    Tokens,
     prompt_ids,
     request_trace,
     sampling_params,
@@ -31,18 +33,18 @@ class Injection(StrictModel):
     """One injected prompt."""
 
     at_decode_tokens: int = Field(ge=0)
-    prompt_tokens: int = Field(ge=1)
-    output_tokens: int = Field(default=16, ge=1)
+    prompt_tokens: Tokens
+    output_tokens: Tokens = 16
 
 
 class InterferenceWorkload(StrictModel):
     """A steady decode population plus prompts injected at decode-progress points."""
 
     kind: Literal["interference"]
-    decode_population: int = Field(default=8, ge=1)
-    decode_prompt_tokens: int = Field(default=64, ge=1)
-    decode_output_tokens: int = Field(default=512, ge=1)
-    inject: list[Injection] = Field(min_length=1)
+    decode_population: int = Field(default=8, ge=1, le=MAX_NUM_SEQS)
+    decode_prompt_tokens: Tokens = 64
+    decode_output_tokens: Tokens = 512
+    inject: list[Injection] = Field(min_length=1, max_length=MAX_NUM_SEQS)
     # Applies to the injected prompts (the decoders' short prompts stay their own).
     shared_prefix: SharedPrefix | None = None
 

@@ -10,6 +10,7 @@ from pydantic import Field
 
 from engine.core.records import ArrivalSpec
 from loopserve.workloads.base import (
+    Count,
     LengthSpec,
     SharedPrefix,
     StaticSource,
@@ -59,7 +60,7 @@ class PoissonWorkload(StrictModel):
     """``num_requests`` Poisson arrivals at ``request_rate`` req/s."""
 
     kind: Literal["poisson"]
-    num_requests: int = Field(ge=1)
+    num_requests: Count
     request_rate: float = Field(gt=0, allow_inf_nan=False)
     prompt_tokens: LengthSpec
     output_tokens: LengthSpec

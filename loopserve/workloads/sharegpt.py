@@ -23,8 +23,10 @@ from pydantic import Field
 
 from engine.core.records import ArrivalSpec
 from loopserve.workloads.base import (
+    Count,
     StaticSource,
     StrictModel,
+    Tokens,
     arrival_times,
     prompt_ids,
     request_trace,
@@ -79,11 +81,11 @@ class ShareGPTWorkload(StrictModel):
 
     kind: Literal["sharegpt"]
     path: str = Field(min_length=1)
-    num_requests: int = Field(ge=1)
+    num_requests: Count
     request_rate: float = Field(gt=0, allow_inf_nan=False)
     burstiness: float = Field(default=1.0, gt=0, allow_inf_nan=False)
-    max_prompt_tokens: int = Field(default=1024, ge=1)
-    max_output_tokens: int = Field(default=1024, ge=1)
+    max_prompt_tokens: Tokens = 1024
+    max_output_tokens: Tokens = 1024
 
     def build(
         self, *, seed: int, vocab_size: int, exit_trace: Sequence[int] | None = None

@@ -23,6 +23,7 @@ from pydantic import Field
 
 from engine.core.records import ArrivalSpec
 from loopserve.workloads.base import (
+    MAX_REQUEST_TOKENS,
     StaticSource,
     StrictModel,
     prompt_ids,
@@ -51,7 +52,7 @@ class _RowError(ValueError):
         super().__init__(f"column {column}: {problem}")
 
 
-def _as_int(column: str, value: Any) -> int:
+def _as_int(column: str, value: Any, most: int | None = None) -> int:
     if isinstance(value, bool):
         raise _RowError(column, f"expected an integer >= 1, got {value!r}")
     if isinstance(value, int):
@@ -62,6 +63,8 @@ def _as_int(column: str, value: Any) -> int:
         raise _RowError(column, f"expected an integer >= 1, got {value!r}")
     if out < 1:
         raise _RowError(column, f"expected an integer >= 1, got {value!r}")
+    if most is not None and out > most:
+        raise _RowError(column, f"at most {most} tokens, got {out}")
     return out
 
 
@@ -98,8 +101,8 @@ def _parse(fields: dict[str, Any], index: int) -> tuple[Any, ...]:
         if fields.get(col) in (None, ""):
             raise _RowError(col, "missing value")
     arrival = _as_time("arrival_s", fields["arrival_s"])
-    prompt = _as_int("prompt_tokens", fields["prompt_tokens"])
-    output = _as_int("output_tokens", fields["output_tokens"])
+    prompt = _as_int("prompt_tokens", fields["prompt_tokens"], MAX_REQUEST_TOKENS)
+    output = _as_int("output_tokens", fields["output_tokens"], MAX_REQUEST_TOKENS)
     depths = _as_depths("exit_depths", fields.get("exit_depths"))
     if depths is not None and len(depths) < output:
         raise _RowError("exit_depths", f"{len(depths)} depths for output_tokens {output}; "
