@@ -187,14 +187,26 @@ def test_shape_grid_covers_every_kind_and_holds_out_off_grid_shapes() -> None:
 
 def test_resolver_finds_profiles_and_auto_falls_back_to_roofline(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("LOOPSERVE_PROFILES", raising=False)
+    scenarios = tmp_path / "proj" / "scenarios"
+    scenarios.mkdir(parents=True)
+    assert find_profile("cpu", "no-such-model", scenarios) is None
+    assert resolve_cost("auto", None, "cpu", "no-such-model", scenarios) == ("roofline", None)
+    # the working directory is never searched
+    decoy = tmp_path / "results" / "profiles" / "cpu-no-such-model.json"
+    decoy.parent.mkdir(parents=True)
+    decoy.write_text("{}")
     monkeypatch.chdir(tmp_path)
-    assert find_profile("cpu", "no-such-model") is None
-    assert resolve_cost("auto", None, "cpu", "no-such-model") == ("roofline", None)
-    path = tmp_path / "results" / "profiles" / "cpu-no-such-model.json"
+    assert find_profile("cpu", "no-such-model", scenarios) is None
+    # beside the scenario's parent (the repository layout), then $LOOPSERVE_PROFILES first
+    path = tmp_path / "proj" / "results" / "profiles" / "cpu-no-such-model.json"
     path.parent.mkdir(parents=True)
     path.write_text("{}")
-    assert find_profile("cpu", "no-such-model") == path
-    assert resolve_cost("auto", None, "cpu", "no-such-model") == ("calibrated", str(path))
+    assert find_profile("cpu", "no-such-model", scenarios) == path
+    assert resolve_cost("auto", None, "cpu", "no-such-model", scenarios) == ("calibrated",
+                                                                            str(path))
+    monkeypatch.setenv("LOOPSERVE_PROFILES", str(decoy.parent))
+    assert find_profile("cpu", "no-such-model", scenarios) == decoy
     assert resolve_cost("roofline", None, "cpu", "no-such-model") == ("roofline", None)
 
 

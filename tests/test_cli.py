@@ -69,7 +69,9 @@ def test_tables_hold_every_run(run_dir: Path) -> None:
 
 def test_summary_json_shape(run_dir: Path) -> None:
     summary = json.loads((run_dir / "summary.json").read_text())
-    assert set(summary) == {"points", "runs", "medians", "spread_method", "exit_depth_counts"}
+    assert set(summary) == {"points", "runs", "medians", "spread_method", "exit_depth_counts",
+                            "cost_model"}
+    assert summary["cost_model"]["kind"] == "constant"
     assert summary["points"] == [{"point_id": 0, "values": {}}]
     assert len(summary["runs"]) == 6 and len(summary["medians"]) == 3
     run = summary["runs"][0]

@@ -106,7 +106,7 @@ def _simulate(scn: Scenario, trace: Path, num_blocks: int, progress: bool
     data["workload"] = {"kind": "trace", "path": str(trace)}
     data["cache"] = {**data.get("cache", {}), "num_blocks": num_blocks}
     data["repeats"] = 1
-    plan = plan_runs(validate(data), "sim")
+    plan = plan_runs(validate(data).located(scn.base_dir), "sim")
     out = {}
     for run in execute(plan, progress=progress):
         outcomes = outcomes_from_records(run.records)

@@ -129,7 +129,8 @@ def write_run(dest: Path, plan: Plan, runs: list[RunResult], *, argv: list[str],
         files.write_scenario(tmp / "scenario.yaml", scn)
         records.write_records(tmp, runs, scn.outputs.format,
                               tokens=scn.outputs.tokens or plan.target != "sim")
-        files.write_json(tmp / "summary.json", build_summary(plan, runs))
+        files.write_json(tmp / "summary.json",
+                         {**build_summary(plan, runs), "cost_model": plan.cost_model})
         files.write_json(tmp / "vllm_results.json",
                          vllm_run_results(runs, plan.target, scn.slo, options))
         write_trace(tmp / "trace.json.gz", runs, scn.arms, {plan.reference_point_id})
@@ -138,7 +139,8 @@ def write_run(dest: Path, plan: Plan, runs: list[RunResult], *, argv: list[str],
         files.write_json(tmp / "env.json", env_info.collect(
             target=plan.target, hardware=scn.hardware, run_id=dest.name, argv=argv,
             started_s=started_s, run_wall_s=timing, exit_model=exit_models(plan.exits),
-            runner=plan.real.info() if plan.real is not None else None))
+            runner=plan.real.info() if plan.real is not None else None,
+            cost_model=plan.cost_model, cost_models=plan.cost_records))
         runs.clear()
         write_run_report([load_run(tmp, label=dest.name)], tmp, write_pngs=True)
     return dest / "report.html"

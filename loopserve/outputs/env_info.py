@@ -82,10 +82,12 @@ def device_info(target: str, hardware: str) -> dict[str, Any]:
 def collect(
     *, target: str, hardware: str, run_id: str, argv: list[str], started_s: float,
     run_wall_s: list[dict[str, Any]], runner: dict[str, Any] | None = None,
-    exit_model: dict[str, Any] | None = None,
+    exit_model: dict[str, Any] | None = None, cost_model: dict[str, Any] | None = None,
+    cost_models: dict[int, dict[str, Any]] | None = None,
 ) -> dict[str, Any]:
     """The whole env.json document (``runner``: the real engine's backend and dtype;
-    ``exit_model``: the simulator's exit model per point)."""
+    ``exit_model``: the simulator's exit model per point; ``cost_model``: the cost model
+    that ran, with ``cost_model_per_point`` when sweep points ran different ones)."""
     doc: dict[str, Any] = {
         "run_id": run_id,
         "command": argv,
@@ -103,4 +105,8 @@ def collect(
         doc["runner"] = runner
     if exit_model is not None:
         doc["exit_model"] = exit_model
+    if cost_model is not None:
+        doc["cost_model"] = cost_model
+    if cost_models and any(c != cost_model for c in cost_models.values()):
+        doc["cost_model_per_point"] = {str(i): c for i, c in cost_models.items()}
     return doc

@@ -44,7 +44,7 @@ def exit_source(scn: Scenario, shape: ModelShape, context: str = "") -> ExitSour
     path, via = e.profile, "exit.profile"
     if path is None:
         kind, cost_profile = resolve_cost(scn.cost.kind, scn.cost.profile, scn.hardware,
-                                          scn.model)
+                                          scn.model, scn.base_dir)
         sib = sibling_exit_profile(cost_profile) if kind == "calibrated" and cost_profile else None
         if sib is None:
             return ExitSource("synthetic")

@@ -28,7 +28,7 @@ from loopserve.targets.load import check_real, device_free
 from loopserve.workloads import build_source
 from sim.cost import make_cost_model
 from sim.cost.base import CostModel
-from sim.cost.resolve import resolve_cost
+from sim.cost.resolve import describe_cost, resolve_cost
 
 TARGETS = ("sim", "cpu", "cuda")
 
@@ -44,8 +44,16 @@ class Plan:
     runs: list[RunSpec]
     reference_point_id: int
     costs: dict[int, CostModel] = field(default_factory=dict)  # point_id -> cost (sim only)
+    # point_id -> the cost model that ran (sim.cost.resolve.describe_cost; kind "measured"
+    # on a real target), recorded in summary.json and env.json
+    cost_records: dict[int, dict[str, str | None]] = field(default_factory=dict)
     exits: dict[int, ExitSource] = field(default_factory=dict)  # point_id -> exit model (sim)
     real: Target | None = None  # the real engine, built on the first real run
+
+    @property
+    def cost_model(self) -> dict[str, str | None]:
+        """The reference point's cost model (summary.json and env.json ``cost_model``)."""
+        return self.cost_records[self.reference_point_id]
 
 
 def plan_runs(scn: Scenario, target: str) -> Plan:
@@ -68,8 +76,12 @@ def plan_runs(scn: Scenario, target: str) -> Plan:
                 point.scenario, arm, shape, bound, context
             )
         if target == "sim":
-            plan.costs[point.point_id] = _cost_model(point.scenario, shape, context)
+            plan.costs[point.point_id], plan.cost_records[point.point_id] = _cost_model(
+                point.scenario, shape, context)
             plan.exits[point.point_id] = exit_source(point.scenario, shape, context)
+        else:
+            plan.cost_records[point.point_id] = describe_cost(
+                scn.cost.kind, "measured", None, None)
     dtype = scn.runner.dtype or ("float32" if target == "cpu" else "bfloat16")
     footprint.check_plan(scn, configs, target=target,
                          dtype_bytes=4 if dtype == "float32" else 2,
@@ -113,14 +125,17 @@ def _lifetime_bound(scn: Scenario, shape: ModelShape) -> int:
     return lifetime_bound(scn.workload.model_dump(), lifetimes)
 
 
-def _cost_model(scn: Scenario, shape: ModelShape, context: str) -> CostModel:
+def _cost_model(scn: Scenario, shape: ModelShape,
+                context: str) -> tuple[CostModel, dict[str, str | None]]:
     # kind "auto": the calibrated profile for (hardware, model) when one is checked in
-    kind, profile = resolve_cost(scn.cost.kind, scn.cost.profile, scn.hardware, scn.model)
+    kind, profile = resolve_cost(scn.cost.kind, scn.cost.profile, scn.hardware, scn.model,
+                                 scn.base_dir)
+    record = describe_cost(scn.cost.kind, kind, profile, scn.hardware)
     try:
         return make_cost_model(
             kind, shape, hardware=scn.hardware, core_call_s=scn.cost.core_call_s,
             profile=profile,
             model_name=scn.model if scn.model in MODEL_SHAPES else None,
-        )
+        ), record
     except (ValueError, OSError) as err:
         raise UserError.from_value_error(ValueError(str(err)), "cost", context) from None

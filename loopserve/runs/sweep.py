@@ -75,7 +75,7 @@ def expand(scn: Scenario) -> list[SweepPoint]:
         for key, value in applied.items():
             set_path(data, key, value)
         try:
-            resolved = validate(data)
+            resolved = validate(data).located(scn.base_dir)
         except UserError as err:
             label = ", ".join(f"{k}={v}" for k, v in values.items())
             raise UserError(err.field, f"{err.message} (sweep point {point_id}: {label})") from None

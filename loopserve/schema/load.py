@@ -130,8 +130,9 @@ def load_scenario(path: str | Path, sets: Sequence[str] = ()) -> Scenario:
     for item in sets:
         key, value = parse_set(item)
         set_path(data, key, value)
-    _resolve_paths(data, Path(path).resolve().parent)
-    return validate(data)
+    base = Path(path).resolve().parent
+    _resolve_paths(data, base)
+    return validate(data).located(base)
 
 
 # ---- error rendering ---------------------------------------------------------------------

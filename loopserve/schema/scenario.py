@@ -13,7 +13,15 @@ import typing
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, create_model, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    PrivateAttr,
+    create_model,
+    field_validator,
+    model_validator,
+)
 
 from engine.core.config import ExitMode, SchedulerConfig, resolve_arm
 from engine.core.shapes import MODEL_SHAPES
@@ -194,6 +202,18 @@ class Scenario(StrictModel):
     slo: SloSpec | None = None
     runner: RunnerSpec = Field(default_factory=RunnerSpec)
     outputs: OutputsSpec = Field(default_factory=OutputsSpec)
+    _base_dir: Path | None = PrivateAttr(default=None)
+
+    @property
+    def base_dir(self) -> Path | None:
+        """The scenario file's folder (None for one built in memory): ``cost: auto`` looks
+        for a profile beside it (``sim.cost.resolve``), never in the working directory."""
+        return self._base_dir
+
+    def located(self, base_dir: Path | None) -> Scenario:
+        """This scenario, read from a file in ``base_dir``."""
+        self._base_dir = base_dir
+        return self
 
     @field_validator("arms")
     @classmethod
