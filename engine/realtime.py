@@ -97,7 +97,7 @@ class _RealtimeRun:
             start = self.now()
             result = execute_or_fail(core, runner, batch)
             end = self.now()
-            loop.after_step(batch, result, start, end)
+            loop.after_step(batch, result, start, end, runner.readbacks.last_step)
             if self.host_timings is not None:
                 self.host_timings.append(HostTiming(
                     batch.step, batch.num_core_calls, schedule_s, runner.last_prepare_s

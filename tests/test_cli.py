@@ -43,7 +43,8 @@ def test_outputs_exist_with_exact_columns(run_dir: Path) -> None:
     run = ["arm", "point_id", "repeat"]
     assert header(run_dir / "steps.csv") == run + [
         "step", "start_s", "end_s", "stage", "kind", "core_calls", "num_decode_items",
-        "num_prompt_items", "num_prompt_tokens", "num_fused_prelude_items", "depths", "mixed"]
+        "num_prompt_items", "num_prompt_tokens", "num_fused_prelude_items", "depths", "mixed",
+        "num_readbacks"]
     assert header(run_dir / "requests.csv") == run + [
         "request_id", "arrival_s", "prompt_tokens", "output_tokens", "first_token_s",
         "finish_s", "injected", "finish_reason"]
@@ -181,3 +182,13 @@ def test_cpu_target_runs_the_real_engine(tmp_path: Path) -> None:
     assert env["runner"] == {"attention_backend": "torch", "requested": "auto",
                              "dtype": "float32"}
     assert "attention torch, float32" in (out / "report.html").read_text()
+
+
+def test_simulated_steps_carry_rfc4s_readback_count(run_dir: Path) -> None:
+    with (run_dir / "steps.csv").open() as f:
+        rows = list(csv.DictReader(f))
+    by_kind: dict[str, set[str]] = {}
+    for r in rows:
+        by_kind.setdefault(r["kind"], set()).add(r["num_readbacks"])
+    assert by_kind["coda"] == {"1"}  # the sampled tokens; fixed exits need no gate readback
+    assert all(v == {"0"} for k, v in by_kind.items() if k != "coda"), by_kind

@@ -62,3 +62,41 @@ def test_readbacks_per_step_are_what_rfc4_allows(arm: str, mode: str) -> None:
             assert set(mixed) == {0}
         else:
             assert 1 in mixed
+
+
+@pytest.mark.parametrize("mode", ["fixed", "ouro"])
+def test_steps_record_the_runners_readbacks_and_the_simulator_rfc4s(mode: str) -> None:
+    """Steps data carries ``num_readbacks``: what the runner did in each step on a real
+    run, the count RFC §4 allows (``rfc_readbacks``) in simulation; the two agree."""
+    from engine.core.records import ArrivalSpec
+    from engine.core.results import rfc_readbacks
+    from engine.llm import build_runner, make_engine_config
+    from engine.realtime import run_realtime
+    from tests.helpers import ListSource
+
+    model = tiny_model(gate_std=0.6)
+    cfg = make_engine_config(model, arm="mixed", exit=MODES[mode],
+                             max_num_seqs=4, max_num_batched_tokens=64, prefill_chunk_size=16,
+                             num_blocks=256)
+    specs = [ArrivalSpec(f"r{i}", tuple(p), SamplingParams(max_tokens=5, ignore_eos=True),
+                         arrival_s=0.0) for i, p in enumerate(PROMPTS)]
+    runner = build_runner(model, cfg)
+    counts: list[int] = []
+    batches: list[Batch] = []
+    inner = runner.execute
+
+    def execute(batch: Batch):  # type: ignore[no-untyped-def]
+        result = inner(batch)
+        counts.append(runner.readbacks.last_step)
+        batches.append(batch)
+        return result
+
+    runner.execute = execute  # type: ignore[method-assign]
+    records = run_realtime(cfg, ListSource(specs), runner)
+    assert [s.num_readbacks for s in records.steps] == counts
+    assert sum(counts) == runner.readbacks.total > 0
+    assert [rfc_readbacks(b) for b in batches] == counts
+    if mode == "fixed":
+        assert {s.num_readbacks for s in records.steps if s.kind != "coda"} == {0}
+    else:
+        assert any(s.num_readbacks for s in records.steps if s.kind != "coda")

@@ -15,7 +15,7 @@ from collections.abc import Iterable, Iterator
 from typing import Any
 
 from engine.core.batch import Batch
-from engine.core.results import StepRecord, TokenEvent, step_kind
+from engine.core.results import StepRecord, TokenEvent, rfc_readbacks, step_kind
 
 
 class Strings:
@@ -56,6 +56,7 @@ class StepTable:
         self.num_fused_prelude_items = array("i")
         self.depths = array("i")
         self.mixed = array("b")
+        self.num_readbacks = array("i")
         self.strings = Strings()
 
     @staticmethod
@@ -68,19 +69,22 @@ class StepTable:
     def append(self, r: StepRecord) -> None:
         self._add(r.step, r.start_s, r.end_s, r.stage, r.kind, r.core_calls, r.num_decode_items,
                   r.num_prompt_items, r.num_prompt_tokens, r.num_fused_prelude_items, r.depths,
-                  r.mixed)
+                  r.mixed, r.num_readbacks)
 
-    def add_batch(self, batch: Batch, start_s: float, end_s: float, depths: str) -> None:
-        """The row ``StepRecord.from_batch(batch, start_s, end_s, depths)`` would give."""
+    def add_batch(self, batch: Batch, start_s: float, end_s: float, depths: str,
+                  num_readbacks: int | None = None) -> None:
+        """The row ``StepRecord.from_batch(batch, start_s, end_s, depths, num_readbacks)``
+        would give."""
         self._add(batch.step, start_s, end_s, batch.stage.value, step_kind(batch),
                   batch.num_core_calls, batch.num_decode_items, batch.num_prompt_items,
                   batch.num_prompt_tokens, batch.num_fused_prelude_items, depths,
-                  batch.is_mixed)
+                  batch.is_mixed,
+                  rfc_readbacks(batch) if num_readbacks is None else num_readbacks)
 
     def _add(self, step: int, start_s: float, end_s: float, stage: str, kind: str,
              core_calls: int, num_decode_items: int, num_prompt_items: int,
              num_prompt_tokens: int, num_fused_prelude_items: int, depths: str,
-             mixed: bool) -> None:
+             mixed: bool, num_readbacks: int) -> None:
         codes = self.strings
         self.step.append(step)
         self.start_s.append(start_s)
@@ -94,6 +98,7 @@ class StepTable:
         self.num_fused_prelude_items.append(num_fused_prelude_items)
         self.depths.append(codes.code(depths))
         self.mixed.append(1 if mixed else 0)
+        self.num_readbacks.append(num_readbacks)
 
     def __len__(self) -> int:
         return len(self.step)
@@ -106,7 +111,7 @@ class StepTable:
             self.step[i], self.start_s[i], self.end_s[i], s[self.stage[i]], s[self.kind[i]],
             self.core_calls[i], self.num_decode_items[i], self.num_prompt_items[i],
             self.num_prompt_tokens[i], self.num_fused_prelude_items[i], s[self.depths[i]],
-            bool(self.mixed[i]),
+            bool(self.mixed[i]), self.num_readbacks[i],
         )
 
     def __getitem__(self, key: Any) -> Any:

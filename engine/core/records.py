@@ -128,10 +128,11 @@ class RunRecorder:
         return text
 
     def step(
-        self, batch: Batch, start_s: float, end_s: float, events: Iterable[TokenEvent]
+        self, batch: Batch, start_s: float, end_s: float, events: Iterable[TokenEvent],
+        num_readbacks: int | None = None,
     ) -> None:
         depths = self._depths(batch) if batch.num_core_calls else ""  # PRELUDE, CODA: none
-        self.records.steps.add_batch(batch, start_s, end_s, depths)
+        self.records.steps.add_batch(batch, start_s, end_s, depths, num_readbacks)
         self.records.tokens.extend(events)
         if self.record_batches:
             self.records.batches.append(batch_signature(batch))

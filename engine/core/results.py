@@ -85,11 +85,12 @@ class StepRecord:
     num_fused_prelude_items: int
     depths: str
     mixed: bool
+    num_readbacks: int  # device -> host readbacks: measured by a runner, else RFC §4's count
 
     def __init__(
         self, step: int, start_s: float, end_s: float, stage: str, kind: str, core_calls: int,
         num_decode_items: int, num_prompt_items: int, num_prompt_tokens: int,
-        num_fused_prelude_items: int, depths: str, mixed: bool,
+        num_fused_prelude_items: int, depths: str, mixed: bool, num_readbacks: int = 0,
     ) -> None:
         self.step = step
         self.start_s = start_s
@@ -103,20 +104,35 @@ class StepRecord:
         self.num_fused_prelude_items = num_fused_prelude_items
         self.depths = depths
         self.mixed = mixed
+        self.num_readbacks = num_readbacks
 
     @classmethod
     def from_batch(
-        cls, batch: Batch, start_s: float, end_s: float, depths: str | None = None
+        cls, batch: Batch, start_s: float, end_s: float, depths: str | None = None,
+        num_readbacks: int | None = None,
     ) -> StepRecord:
         """The row of ``batch``; ``depths`` may be given already formatted (a recorder
-        memoises it), else it is built from ``Batch.depth_counts``."""
+        memoises it), else it is built from ``Batch.depth_counts``; ``num_readbacks`` as a
+        runner counted them, else the count RFC §4 allows (``rfc_readbacks``)."""
         if depths is None:
             depths = depths_text(batch.depth_counts())
         return cls(
             batch.step, start_s, end_s, batch.stage.value, step_kind(batch),
             batch.num_core_calls, batch.num_decode_items, batch.num_prompt_items,
             batch.num_prompt_tokens, batch.num_fused_prelude_items, depths, batch.is_mixed,
+            rfc_readbacks(batch) if num_readbacks is None else num_readbacks,
         )
+
+
+def rfc_readbacks(batch: Batch) -> int:
+    """Device -> host readbacks RFC §4 allows a step: one for a CODA step's sampled
+    tokens, one for a recurrent step whose decode rows need an exit signal, else none (the
+    simulator records this; a real runner records what it did)."""
+    if not batch.items:
+        return 0
+    if batch.stage is Stage.CODA:
+        return 1
+    return 1 if batch.stage is Stage.RECURRENT and batch.needs_signals else 0
 
 
 def step_kind(batch: Batch) -> str:

@@ -48,10 +48,12 @@ class StepLoop:
         self._finished: list[Request] = []
 
     def after_step(
-        self, batch: Batch, result: StepResult | None, start_s: float, end_s: float
+        self, batch: Batch, result: StepResult | None, start_s: float, end_s: float,
+        num_readbacks: int | None = None,
     ) -> list[TokenEvent]:
         """Everything that follows executing ``batch`` from ``start_s`` to ``end_s``;
-        ``result`` None means the batch failed (the driver called ``core.fail``)."""
+        ``result`` None means the batch failed (the driver called ``core.fail``);
+        ``num_readbacks``: what the runner read back (None: RFC §4's count, as simulated)."""
         core = self.core
         events = core.apply(batch, result, end_s) if result is not None else []
         feeder, recorder = self.feeder, self.recorder
@@ -62,7 +64,7 @@ class StepLoop:
             if finished:
                 self._finished.extend(finished)
             return events
-        recorder.step(batch, start_s, end_s, events)
+        recorder.step(batch, start_s, end_s, events, num_readbacks)
         if finished:
             recorder.finished(finished)
         return events

@@ -30,6 +30,7 @@ STEPS_SCHEMA: Schema = RUN_KEY_SCHEMA + (
     ("kind", "text"), ("core_calls", "int"), ("num_decode_items", "int"),
     ("num_prompt_items", "int"), ("num_prompt_tokens", "int"),
     ("num_fused_prelude_items", "int"), ("depths", "text"), ("mixed", "bool"),
+    ("num_readbacks", "int"),
 )
 REQUESTS_SCHEMA: Schema = RUN_KEY_SCHEMA + (
     ("request_id", "text"), ("arrival_s", "float"), ("prompt_tokens", "int"),
@@ -95,7 +96,7 @@ def _steps(r: RunResult) -> Columns:
         "num_fused_prelude_items": _view(t.num_fused_prelude_items),
         # PRELUDE and CODA steps have no depths: an empty field, missing when read back
         "depths": Codes(_view(t.depths), [w or None for w in words]),
-        "mixed": _view(t.mixed).astype(bool),
+        "mixed": _view(t.mixed).astype(bool), "num_readbacks": _view(t.num_readbacks),
     })
     return cols
 

@@ -41,6 +41,11 @@ BLOCK_BOOKKEEPING_BYTES = 64  # one KV block in the core: free deque + tables (4
 TOKEN_RECORD_BYTES = 128  # one output token's TokenEvent (about 100 B measured)
 STEP_RECORD_BYTES = 192  # one StepRecord (about 155 B measured)
 REQUEST_RECORD_BYTES = 1024  # one RequestRecord and its arrival spec
+RUN_BYTES = 512 << 10  # what any run keeps besides (under 0.5 MiB measured)
+# Steps are counted as one per 4 output tokens: fewer than a loaded run has (one per token
+# and decoder), more than the lightest (one per token); either way under the token records'
+# headroom (one run of a single decoder holds ~255 B per token, this counts 264).
+DECODE_ROWS_PER_STEP = 4
 WRITE_FACTOR = 1.5  # writing builds the record tables beside the records
 LIMIT_ENV = "LOOPSERVE_MEMORY_LIMIT"
 
@@ -180,14 +185,14 @@ def device_bytes(cfg: EngineConfig, dtype_bytes: int) -> int:
 
 
 def records_bytes(size: WorkloadSize, budget: int, num_depths: int) -> int:
-    """One run's records: tokens, steps (at most one per output token, plus the prompt
-    tokens of every depth in steps of ``budget`` tokens, plus a last chunk per request and
-    depth) and requests, with the copies writing makes."""
-    steps = size.output_tokens + math.ceil(
-        (size.prompt_tokens / budget + size.num_requests) * num_depths)
+    """One run's records: tokens, steps (a decode step per ``DECODE_ROWS_PER_STEP`` output
+    tokens, plus the prompt tokens of every depth in steps of ``budget`` tokens, plus a last
+    chunk per request and depth) and requests, with the copies writing makes."""
+    steps = math.ceil(size.output_tokens / DECODE_ROWS_PER_STEP
+                      + (size.prompt_tokens / budget + size.num_requests) * num_depths)
     one = (size.output_tokens * TOKEN_RECORD_BYTES + steps * STEP_RECORD_BYTES
            + size.num_requests * REQUEST_RECORD_BYTES)
-    return math.ceil(one * WRITE_FACTOR)
+    return RUN_BYTES + math.ceil(one * WRITE_FACTOR)
 
 
 def check_plan(scn: Scenario, configs: Mapping[tuple[int, str], EngineConfig], *,

@@ -206,9 +206,11 @@ class EngineThread:
             core.fail(batch, f"{type(exc).__name__}: {exc}")
             result = None
         end = self.now()
+        readbacks = getattr(runner, "readbacks", None)
         events = self.step_loop.after_step(batch, result, start, end)
         if self.recorder is not None:
-            self.recorder.step(batch, start, end, events)
+            self.recorder.step(batch, start, end, events,
+                               readbacks.last_step if readbacks is not None else None)
         out: dict[str, list[Item]] = {}
         ttfts: list[float] = []
         itls: list[float] = []
