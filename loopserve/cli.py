@@ -9,6 +9,7 @@ with nothing written.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import sys
 from collections.abc import Sequence
 from typing import NoReturn
@@ -25,6 +26,7 @@ from loopserve.commands import (
     serve,
 )
 from loopserve.errors import UserError
+from loopserve.runs import interrupts
 from loopserve.runs.interrupts import Interrupted
 
 EXIT_USAGE = 2
@@ -50,9 +52,14 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    # SIGINT / SIGTERM end every command but the server (which drains its requests itself)
+    # with 128 + signal, one line and nothing written (loopserve.runs.interrupts)
+    signals = contextlib.nullcontext() if args.command == "serve" else interrupts.immediate()
     try:
-        # every subcommand sets its handler(args, argv): argv is recorded in env.json
-        return int(args.handler(args, list(sys.argv if argv is None else ["loopserve", *argv])))
+        with signals:
+            # every subcommand sets its handler(args, argv): argv is recorded in env.json
+            return int(args.handler(args, list(sys.argv if argv is None
+                                               else ["loopserve", *argv])))
     except UserError as err:
         print(f"loopserve: error: {err}", file=sys.stderr)
         return EXIT_USAGE

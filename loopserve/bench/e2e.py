@@ -29,6 +29,7 @@ from loopserve.bench.process import ServerProcess
 from loopserve.bench.results import METRICS, outcomes_from_records, vllm_results
 from loopserve.errors import UserError
 from loopserve.outputs.files import atomic_write, run_destination, staged_dir, write_scenario
+from loopserve.runs import interrupts
 from loopserve.runs.loop import execute
 from loopserve.runs.plan import plan_runs
 from loopserve.schema import load_scenario
@@ -108,7 +109,9 @@ def _simulate(scn: Scenario, trace: Path, num_blocks: int, progress: bool
     data["repeats"] = 1
     plan = plan_runs(validate(data).located(scn.base_dir), "sim")
     out = {}
-    for run in execute(plan, progress=progress):
+    with interrupts.deferred():  # the compiled simulator must not see a signal's exception
+        runs = execute(plan, progress=progress)
+    for run in runs:
         outcomes = outcomes_from_records(run.records)
         end = max((o.start_s + o.latency for o in outcomes if o.success), default=0.0)
         sim = vllm_results(outcomes, end, percentile_metrics=METRICS, percentiles=PERCENTILES)

@@ -27,7 +27,7 @@ from loopserve.calibrate.allocator import steady_allocator
 from loopserve.calibrate.result import CalibrationResult
 from loopserve.errors import UserError
 from loopserve.outputs import env_info
-from loopserve.outputs.files import atomic_write, staged_dir, write_json
+from loopserve.outputs.files import atomic_write_all, staged_dir, write_json
 from loopserve.targets.load import check_real
 from sim.cost.features import FEATURE_NAMES
 from sim.cost.fit import Sample
@@ -155,9 +155,9 @@ def write_outputs(result: CalibrationResult, out: Path | None, *, argv: list[str
             (tmp / f"{stem}.json").write_text(profile_text)
         return out / f"{stem}.json"
     path = out if out is not None else PROFILES_DIR / f"{stem}.json"
-    atomic_write(path.with_suffix(".env.json"), json.dumps(env, indent=2) + "\n")
-    atomic_write(path.with_suffix(".steps.csv"), _csv_text(result))
-    atomic_write(path, profile_text)  # last: its presence means the set is complete
+    atomic_write_all([(path.with_suffix(".env.json"), json.dumps(env, indent=2) + "\n"),
+                      (path.with_suffix(".steps.csv"), _csv_text(result)),
+                      (path, profile_text)])  # last: its presence means the set is complete
     return path
 
 

@@ -35,6 +35,7 @@ from loopserve.fidelity.tail import tail_lines
 from loopserve.fidelity.targets import target_lines
 from loopserve.fidelity.world import WorldRun, run_sim
 from loopserve.outputs import env_info, files
+from loopserve.runs import interrupts
 from loopserve.runs.exit_source import exit_models
 from loopserve.runs.plan import plan_runs
 from loopserve.schema import load_scenario
@@ -113,7 +114,8 @@ def main(args: argparse.Namespace, argv: list[str]) -> int:
     progress = not args.no_progress
     # The measured world first, in a process not yet holding the simulator's records.
     real_world = run_real(real_plan, prof, progress=progress)
-    sim_runs = run_sim(sim_plan, progress=progress)
+    with interrupts.deferred():  # the compiled simulator must not see a signal's exception
+        sim_runs = run_sim(sim_plan, progress=progress)
     real_runs = real_world.runs
     cost = next(iter(sim_plan.costs.values()))
     assert isinstance(cost, CalibratedCost)  # the plan's cost is the profile's

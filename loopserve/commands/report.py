@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from loopserve.outputs.files import atomic_write, check_writable
+from loopserve.outputs.files import atomic_write_all, check_writable
 from loopserve.outputs.rundata import RunData, load_run
 from loopserve.report.page import make_figures, render_html
 
@@ -31,12 +31,10 @@ def main(args: argparse.Namespace, argv: list[str]) -> int:
             run.label = f"{run.label} ({len(runs) + 1})"
         runs.append(run)
     out_dir = Path(args.out) if args.out else runs[0].path
-    out_dir.mkdir(parents=True, exist_ok=True)
     figs = make_figures(runs)
-    if len(runs) == 1 and out_dir.resolve() == runs[0].path.resolve():
-        for f in figs:
-            (out_dir / f.filename).write_bytes(f.png)
     path = out_dir / "report.html"
-    atomic_write(path, render_html(runs, figs))
+    pngs = [(out_dir / f.filename, f.png) for f in figs
+            if len(runs) == 1 and out_dir.resolve() == runs[0].path.resolve()]
+    atomic_write_all([*pngs, (path, render_html(runs, figs))])
     print(f"report: {path}")
     return 0

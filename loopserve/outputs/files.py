@@ -21,6 +21,7 @@ from typing import Any
 import yaml
 
 from loopserve.errors import UserError
+from loopserve.runs import interrupts
 from loopserve.schema.scenario import Scenario
 
 
@@ -62,20 +63,43 @@ def check_writable(dest: Path, field: str) -> None:
                         "folder") from None
 
 
-def atomic_write(path: Path, text: str) -> None:
-    """Write ``text`` to ``path`` through a temp file beside it, renamed when complete (the
+def atomic_write(path: Path, data: str | bytes) -> None:
+    """Write ``data`` to ``path`` through a temp file beside it, renamed when complete (the
     file gets the mode a plain create would give it)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".partial", dir=path.parent)
+    atomic_write_all([(path, data)])
+
+
+def atomic_write_all(items: Sequence[tuple[Path, str | bytes]]) -> None:
+    """Write every ``(path, data)`` to a temp file beside its path first, then rename them
+    all, shielded from SIGINT / SIGTERM: the set appears whole or not at all. Temp files
+    carry this process's pid, so the next write into the folder removes those a SIGKILL
+    left (``remove_leftovers``)."""
+    temps: list[tuple[str, Path]] = []
+    created: list[Path] = []  # folders this call made, removed again on failure
+    umask = os.umask(0)
+    os.umask(umask)
     try:
-        with os.fdopen(fd, "w") as fh:
-            fh.write(text)
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(tmp, 0o666 & ~umask)
-        os.replace(tmp, path)
+        for path, data in items:
+            missing = [p for p in (path.parent, *path.parent.parents) if not p.exists()]
+            for folder in reversed(missing):
+                folder.mkdir()
+                created.append(folder)
+            remove_leftovers(path.parent)
+            fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.partial-{os.getpid()}-",
+                                       dir=path.parent)
+            temps.append((tmp, path))
+            with os.fdopen(fd, "wb") as fh:
+                fh.write(data.encode() if isinstance(data, str) else data)
+            os.chmod(tmp, 0o666 & ~umask)
+        with interrupts.shielded():
+            for tmp, path in temps:
+                os.replace(tmp, path)
     except BaseException:
-        Path(tmp).unlink(missing_ok=True)
+        for tmp, _ in temps:
+            Path(tmp).unlink(missing_ok=True)
+        for folder in reversed(created):
+            if folder.exists() and not any(folder.iterdir()):
+                folder.rmdir()
         raise
 
 
@@ -109,15 +133,16 @@ def staged_dir(dest: Path) -> Iterator[Path]:
 
 
 def remove_leftovers(parent: Path) -> None:
-    """Remove staging folders in ``parent`` left by a killed process (SIGKILL leaves no
-    chance to clean up): their name carries the writer's pid, no longer alive. Each is
-    reported on one stderr line; one of unknown origin is reported and kept."""
+    """Remove staging folders and temp files in ``parent`` left by a killed process (SIGKILL
+    leaves no chance to clean up): their name carries the writer's pid, no longer alive.
+    Each is reported on one stderr line; one of unknown origin is reported and kept."""
     for path in parent.glob(".*.partial-*"):
-        if not path.is_dir():
-            continue
         pid = path.name.rsplit(".partial-", 1)[1].split("-")[0]
         if pid.isdigit() and not _alive(int(pid)):
-            shutil.rmtree(path, ignore_errors=True)
+            if path.is_dir():
+                shutil.rmtree(path, ignore_errors=True)
+            else:
+                path.unlink(missing_ok=True)
             print(f"loopserve: removed {path}, left by killed process {pid}", file=sys.stderr)
         elif not pid.isdigit():
             print(f"loopserve: note: {path} is a leftover staging folder; delete it",

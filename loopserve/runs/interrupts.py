@@ -10,6 +10,7 @@ during deferred work raises at once too.
 from __future__ import annotations
 
 import signal
+import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from types import FrameType
@@ -68,6 +69,20 @@ def deferred() -> Iterator[None]:
         check()
     finally:
         _pending.clear()
+
+
+@contextmanager
+def shielded() -> Iterator[None]:
+    """A commit that must not be cut in two (renaming a set of written files): a signal
+    inside it is dropped, the work being complete by the end. Outside the main thread
+    (where handlers cannot be set) it shields nothing."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    saved = list(_pending)
+    with _handlers(_defer):
+        yield
+    _pending[:] = saved
 
 
 @contextmanager
