@@ -1,6 +1,8 @@
 """``python -m loopserve`` is the ``loopserve`` command (a signal during the imports, which
-take a second or more, ends it with the same one line as one during the work)."""
+take a second or more, ends it with the same one line as one during the work; one after
+the command has decided its exit status, while the interpreter shuts down, changes nothing)."""
 
+import signal
 import sys
 
 from loopserve.runs import interrupts
@@ -11,4 +13,7 @@ try:
 except interrupts.Interrupted as sig:
     print(f"loopserve: interrupted by {sig}; nothing written", file=sys.stderr)
     sys.exit(sig.exit_status)
-sys.exit(main())
+status = main()
+for s in interrupts.SIGNALS:
+    signal.signal(s, signal.SIG_IGN)
+sys.exit(status)

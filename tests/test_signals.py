@@ -98,3 +98,4 @@ def test_a_partial_folder_of_a_killed_process_is_removed(
     assert not leftover.exists()
     assert f"removed {leftover}, left by killed process 99999999" in done.stderr
     assert sorted(p.name for p in tmp_path.iterdir()) == ["out"]
+

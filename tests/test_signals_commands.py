@@ -145,3 +145,16 @@ def test_a_temp_file_of_a_killed_writer_is_removed(
     assert main(["report", str(tmp_path / "run")]) == 0
     assert not leftover.exists()
     assert f"removed {leftover}, left by killed process 99999999" in capsys.readouterr().err
+
+
+def test_a_second_sigint_during_the_simulation_ends_it_at_once(tmp_path: Path) -> None:
+    """The first signal waits for the run in progress; a second ends the process there and
+    then (no exception inside the compiled driver, nothing written yet)."""
+    child = _Child("run", "scenarios/poisson.yaml", "--set", "sweep=null", "--set", "repeats=1",
+                   "--set", "arms=[mixed]", "--set", "workload.num_requests=20000",
+                   "--out", str(tmp_path / "out"))  # one run of several seconds
+    child.wait_until(lambda: b"[sim]" in child.err)  # simulating
+    time.sleep(1.0)
+    child.proc.send_signal(signal.SIGINT)
+    time.sleep(0.3)
+    _assert_clean(*child.interrupt(signal.SIGINT), signal.SIGINT, tmp_path)

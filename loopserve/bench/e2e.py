@@ -109,7 +109,8 @@ def _simulate(scn: Scenario, trace: Path, num_blocks: int, progress: bool
     data["repeats"] = 1
     plan = plan_runs(validate(data).located(scn.base_dir), "sim")
     out = {}
-    with interrupts.deferred():  # the compiled simulator must not see a signal's exception
+    # the compiled simulator must not see a signal's exception; staged: no hard exit
+    with interrupts.deferred(hard_exit=False):
         runs = execute(plan, progress=progress)
     for run in runs:
         outcomes = outcomes_from_records(run.records)

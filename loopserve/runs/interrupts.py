@@ -4,12 +4,15 @@ While the work runs (``deferred``) a signal only sets a flag that the run loop c
 between runs (``check``): raising KeyboardInterrupt inside the mypyc-compiled core or
 simulator can abort the process (issue 13). While files are written (``immediate``) a
 signal raises at once, so the staging folder is removed on the way out. A second signal
-during deferred work raises at once too.
+during deferred work ends the process at once (``os._exit``, nothing having been written
+yet, and no exception raised inside compiled code), or raises where ``hard_exit`` is off.
 """
 
 from __future__ import annotations
 
+import os
 import signal
+import sys
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -31,10 +34,17 @@ class Interrupted(BaseException):
 
 
 _pending: list[int] = []
+_hard_exit: list[bool] = [False]
 
 
 def _defer(signum: int, frame: FrameType | None) -> None:
     if _pending:  # the second one: the user insists
+        if _hard_exit[0]:
+            # on a line of its own: a progress bar may hold the current one
+            sys.stderr.write(f"\nloopserve: interrupted by {signal.Signals(signum).name}; "
+                             "nothing written\n")
+            sys.stderr.flush()
+            os._exit(128 + signum)
         raise Interrupted(signum)
     _pending.append(signum)
 
@@ -60,15 +70,18 @@ def _handlers(handler: signal._HANDLER) -> Iterator[None]:
 
 
 @contextmanager
-def deferred() -> Iterator[None]:
-    """Signals set a flag (see ``check``); one still pending at the end raises then."""
+def deferred(hard_exit: bool = True) -> Iterator[None]:
+    """Signals set a flag (see ``check``); one still pending at the end raises then. With
+    ``hard_exit`` (nothing may be staged inside), a second signal ends the process."""
     _pending.clear()
+    _hard_exit[0] = hard_exit
     try:
         with _handlers(_defer):
             yield
         check()
     finally:
         _pending.clear()
+        _hard_exit[0] = False
 
 
 @contextmanager
@@ -79,10 +92,12 @@ def shielded() -> Iterator[None]:
     if threading.current_thread() is not threading.main_thread():
         yield
         return
-    saved = list(_pending)
-    with _handlers(_defer):
+    with _handlers(_drop):
         yield
-    _pending[:] = saved
+
+
+def _drop(signum: int, frame: FrameType | None) -> None:
+    pass
 
 
 @contextmanager
