@@ -1,5 +1,7 @@
 """Bad input, table-driven (issue 13): every case exits 2 with one line naming the problem,
-no traceback, and nothing written. Grow the table with every new case."""
+no traceback, and nothing written. Grow the table with every new case.
+``python -m tests.test_bad_input`` prints the tally (cases, exit 2, tracebacks, silent
+accepts)."""
 
 from __future__ import annotations
 
@@ -163,3 +165,37 @@ def test_bad_input_is_one_line_exit_2_nothing_written(
     assert fragment.replace("{d}", str(tmp_path)) in lines[0], lines[0]
     assert "Traceback" not in err
     assert sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*")) == before
+
+
+def tally() -> dict[str, int]:
+    """Every case run once: how many end as the table says (exit 2, one line), with a
+    traceback (an exception escaping ``main``), or silently accepted (exit 0)."""
+    import contextlib
+    import io
+    import os
+    import tempfile
+
+    counts = {"cases": 0, "exit 2": 0, "tracebacks": 0, "silent accepts": 0}
+    os.environ[LIMIT_ENV] = str(8 << 30)
+    for _, setup, argv, _ in CASES:
+        counts["cases"] += 1
+        with tempfile.TemporaryDirectory() as tmp:
+            d = Path(tmp)
+            if setup is not None:
+                setup(d)
+            err = io.StringIO()
+            try:
+                with contextlib.redirect_stderr(err):
+                    rc = main([a.replace("{d}", str(d)) for a in argv])
+            except SystemExit as done:
+                rc = done.code  # type: ignore[assignment]
+            except Exception:  # noqa: BLE001 - counted, that is the point
+                counts["tracebacks"] += 1
+                continue
+        counts["exit 2"] += rc == 2
+        counts["silent accepts"] += rc == 0
+    return counts
+
+
+if __name__ == "__main__":  # python -m tests.test_bad_input
+    print("bad input: " + ", ".join(f"{v} {k}" for k, v in tally().items()))

@@ -131,6 +131,7 @@ def main(args: argparse.Namespace, argv: list[str]) -> int:
                  "repeat": r.spec.repeat, "wall_s": round(r.records.wall_s, 6)}
                 for w, runs in (("sim", sim_runs), ("measured", real_runs)) for r in runs],
             runner=real_plan.real.info() if real_plan.real is not None else None,
+            cost_model=sim_plan.cost_model,
             exit_model=exit_models(sim_plan.exits)))
         write_fidelity_report(tmp / "report.html", scn, result, sim_runs, real_runs, cost)
     print(_table(result))
