@@ -185,10 +185,7 @@ def test_cpu_target_runs_the_real_engine(tmp_path: Path) -> None:
 
 
 def test_simulated_steps_carry_rfc4s_readback_count(run_dir: Path) -> None:
-    with (run_dir / "steps.csv").open() as f:
-        rows = list(csv.DictReader(f))
-    by_kind: dict[str, set[str]] = {}
-    for r in rows:
-        by_kind.setdefault(r["kind"], set()).add(r["num_readbacks"])
-    assert by_kind["coda"] == {"1"}  # the sampled tokens; fixed exits need no gate readback
-    assert all(v == {"0"} for k, v in by_kind.items() if k != "coda"), by_kind
+    steps = load_run(run_dir).steps
+    by_kind = {k: set(g["num_readbacks"]) for k, g in steps.groupby("kind")}
+    assert by_kind["coda"] == {1}  # the sampled tokens; fixed exits need no gate readback
+    assert all(v == {0} for k, v in by_kind.items() if k != "coda"), by_kind

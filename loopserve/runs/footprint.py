@@ -36,12 +36,12 @@ from loopserve.workloads import (
     load_trace,
 )
 
-PROMPT_ID_BYTES = 48  # one synthetic prompt id: tuple slot + int object (40.5 B measured)
+PROMPT_ID_BYTES = 16  # one synthetic prompt id: a tuple slot (int objects are shared per id)
 BLOCK_BOOKKEEPING_BYTES = 64  # one KV block in the core: free deque + tables (40 B measured)
-TOKEN_RECORD_BYTES = 128  # one output token's TokenEvent (about 100 B measured)
-STEP_RECORD_BYTES = 192  # one StepRecord (about 155 B measured)
+TOKEN_RECORD_BYTES = 32  # one output token in TokenTable's columns (21 B a row + growth)
+STEP_RECORD_BYTES = 64  # one step in StepTable's columns (59 B a row)
 REQUEST_RECORD_BYTES = 1024  # one RequestRecord and its arrival spec
-RUN_BYTES = 512 << 10  # what any run keeps besides (under 0.5 MiB measured)
+RUN_BYTES = 256 << 10  # what any run keeps besides (under 0.2 MiB measured)
 # Steps are counted as one per 4 output tokens: fewer than a loaded run has (one per token
 # and decoder), more than the lightest (one per token); either way under the token records'
 # headroom (one run of a single decoder holds ~255 B per token, this counts 264).
