@@ -4,6 +4,7 @@ glossary."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -163,5 +164,8 @@ def test_the_run_report_has_headline_glossary_and_cost_model(
     for term in ("core call", "token-loops", "prelude / coda", "depth", "TTFT", "ITL", "TPOT",
                  "goodput"):
         assert f"<dt><b>{term}" in html, term
-    assert "(cost model: " in html
+    # the cost model that resolved, from summary.json (hardening's record), not "unknown"
+    summary = json.loads((tmp_path / "r" / "summary.json").read_text())
+    assert f"cost model: <b>{cost_model_text(summary)}</b>" in html
+    assert summary["cost_model"]["kind"] in html and "unknown" not in cost_model_text(summary)
     assert "<h2>ITL tail (ms)</h2>" in html and "<th class=\"\">p99.9</th>" in html

@@ -91,6 +91,14 @@ def cost_model_text(summary: Any) -> str:
     return ", ".join(parts)
 
 
+def _cost_words(summary: Any, cost: Any, scenario: Any) -> str:
+    """The header's cost model: the resolved one, else what the scenario asked for."""
+    text = cost_model_text(summary)
+    if text == "unknown":
+        text += (f" (scenario: {cost.get('kind')}, hardware {scenario.get('hardware')})")
+    return f"cost model: <b>{esc(text)}</b>"
+
+
 def _runs_header(runs: Sequence[RunData]) -> str:
     items = []
     for run in runs:
@@ -102,8 +110,8 @@ def _runs_header(runs: Sequence[RunData]) -> str:
                   if real else "")
         items.append(
             f"<li><b>{esc(run.label)}</b>: target <b>{esc(run.target)}</b>, model "
-            f"{esc(s.get('model'))}, hardware {esc(s.get('hardware'))}, cost "
-            f"{esc(cost.get('kind'))} (cost model: {esc(cost_model_text(run.summary))}), arms {esc(', '.join(run.arms))}, "
+            f"{esc(s.get('model'))}, {_cost_words(run.summary, cost, s)}, "
+            f"arms {esc(', '.join(run.arms))}, "
             f"{len(run.points)} point(s) x {esc(s.get('repeats', 1))} repeat(s); {engine}"
             f"run {esc(env.get('run_id', run.path.name))} at {esc(env.get('started_at', '?'))}, "
             f"commit {esc((git.get('commit') or '?')[:12])}{' (dirty)' if git.get('dirty') else ''}"
