@@ -1,8 +1,10 @@
-"""Numeric flags checked by hand, so a bad value is one line naming the flag (argparse's own
-type errors print the whole usage)."""
+"""Flags shared by the commands: numeric ones checked by hand, so a bad value is one line
+naming the flag (argparse's own type errors print the whole usage), and the scenario
+commands' --out / --set / --no-progress."""
 
 from __future__ import annotations
 
+import argparse
 import math
 
 from loopserve.errors import UserError
@@ -31,3 +33,13 @@ def flag_error(err: ValueError, default: str) -> UserError:
     flag, sep, message = str(err).partition(": ")
     return UserError(flag, message) if sep and flag.startswith("--") else UserError(
         default, str(err))
+
+
+def add_scenario_flags(p: argparse.ArgumentParser, out_help: str,
+                       progress_help: str = "hide the progress bar") -> None:
+    """``--out``, ``--set KEY=VALUE`` (repeatable) and ``--no-progress``, as every command
+    that runs a scenario takes them."""
+    p.add_argument("--out", help=out_help)
+    p.add_argument("--set", dest="sets", action="append", default=[], metavar="KEY=VALUE",
+                   help="override a dotted scenario field, value parsed as YAML (repeatable)")
+    p.add_argument("--no-progress", action="store_true", help=progress_help)

@@ -27,7 +27,7 @@ from typing import Any
 from tqdm import tqdm
 
 from loopserve.bench.results import parse_goodput
-from loopserve.commands.args import flag_error, number
+from loopserve.commands.args import add_scenario_flags, flag_error, number
 from loopserve.errors import UserError
 from loopserve.outputs import env_info, files
 from loopserve.outputs.vllm_run import slo_goodput
@@ -64,10 +64,7 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     p.add_argument("--target", default="sim", choices=TARGETS)
     p.add_argument("--tolerance", default="0.05", help="relative width of the final bracket")
     p.add_argument("--start-rate", help="first rate probed (default: the workload's rate)")
-    p.add_argument("--out", help="run folder to write (default results/<name>/<run-id>)")
-    p.add_argument("--set", dest="sets", action="append", default=[], metavar="KEY=VALUE",
-                   help="override a dotted field, value parsed as YAML (repeatable)")
-    p.add_argument("--no-progress", action="store_true", help="hide the progress bar")
+    add_scenario_flags(p, "run folder to write (default results/<name>/<run-id>)")
     p.set_defaults(handler=main)
 
 

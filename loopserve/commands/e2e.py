@@ -13,6 +13,7 @@ import argparse
 from typing import Any
 
 from loopserve.bench.e2e import run_e2e
+from loopserve.commands.args import add_scenario_flags
 
 
 def add_parser(sub: Any) -> None:
@@ -20,10 +21,8 @@ def add_parser(sub: Any) -> None:
     p.add_argument("scenario", help="scenario YAML with a sharegpt workload")
     p.add_argument("--target", default="cpu", choices=("cpu", "cuda"),
                    help="device the servers run on (default cpu)")
-    p.add_argument("--out", help="folder to write (default results/e2e/<name>/<run-id>)")
-    p.add_argument("--set", dest="sets", action="append", default=[], metavar="KEY=VALUE",
-                   help="override a dotted field, value parsed as YAML (repeatable)")
-    p.add_argument("--no-progress", action="store_true", help="hide the progress bars")
+    add_scenario_flags(p, "folder to write (default results/e2e/<name>/<run-id>)",
+                       "hide the progress bars")
     p.set_defaults(handler=main)
 
 

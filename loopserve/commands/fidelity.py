@@ -25,6 +25,7 @@ import time
 from pathlib import Path
 
 from loopserve.calibrate.allocator import steady_allocator
+from loopserve.commands.args import add_scenario_flags
 from loopserve.errors import UserError
 from loopserve.fidelity.compare import compare
 from loopserve.fidelity.doc import FidelityDoc, MetricError
@@ -52,10 +53,7 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     p.add_argument("scenario", help="scenario YAML file")
     p.add_argument("--profile", required=True, help="calibrated profile JSON")
     p.add_argument("--target", required=True, help="cpu | cuda")
-    p.add_argument("--out", help="folder to write (default results/<name>/<run-id>)")
-    p.add_argument("--set", dest="sets", action="append", default=[], metavar="KEY=VALUE",
-                   help="override a dotted scenario field, value parsed as YAML (repeatable)")
-    p.add_argument("--no-progress", action="store_true", help="hide the progress bar")
+    add_scenario_flags(p, "folder to write (default results/<name>/<run-id>)")
     p.set_defaults(handler=main)
 
 

@@ -12,7 +12,7 @@ import contextlib
 import time
 from pathlib import Path
 
-from loopserve.commands.args import integer
+from loopserve.commands.args import add_scenario_flags, integer
 from loopserve.commands.result_flags import add_result_flags, result_options
 from loopserve.errors import UserError
 from loopserve.outputs import env_info, files, records
@@ -43,11 +43,8 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         r.add_argument("scenario", help="scenario YAML file")
         r.add_argument("--target", default="sim", choices=TARGETS,
                        help="simulator (default) or the real engine on cpu / cuda")
-        r.add_argument("--out", help="run folder to write (default results/<name>/<run-id>)")
-        r.add_argument("--set", dest="sets", action="append", default=[], metavar="KEY=VALUE",
-                       help="override a dotted field, value parsed as YAML (repeatable)")
+        add_scenario_flags(r, "run folder to write (default results/<name>/<run-id>)")
         add_format_flag(r)
-        r.add_argument("--no-progress", action="store_true", help="hide the progress bar")
         add_result_flags(r)
         r.add_argument("--workers", metavar="N",
                        help="simulator: run the sweep's runs as Ray tasks on a local Ray of N "
