@@ -40,7 +40,37 @@ def _pos(i: int, n: int) -> int:
     return j
 
 
-class StepTable:
+class RowTable:
+    """A sequence of rows held as columns: a subclass gives ``__len__`` and ``row``;
+    indexing, slicing, iterating and comparing (with another table of its kind, or a list of
+    rows) build rows on the fly."""
+
+    def __len__(self) -> int:
+        raise NotImplementedError
+
+    def row(self, i: int) -> Any:
+        raise NotImplementedError
+
+    def __getitem__(self, key: Any) -> Any:
+        """A row, or a list of them for a slice."""
+        if isinstance(key, slice):
+            return [self.row(i) for i in range(*key.indices(len(self)))]
+        return self.row(key)
+
+    def __iter__(self) -> Iterator[Any]:
+        for i in range(len(self)):
+            yield self.row(i)
+
+    def __eq__(self, other: object) -> bool:
+        if type(other) is type(self) or isinstance(other, list | tuple):
+            return len(self) == len(other) and list(self) == list(other)
+        return NotImplemented
+
+    def __repr__(self) -> str:
+        return repr(list(self))
+
+
+class StepTable(RowTable):
     """steps.csv's rows (``StepRecord``) as columns."""
 
     def __init__(self) -> None:
@@ -114,26 +144,9 @@ class StepTable:
             bool(self.mixed[i]), self.num_readbacks[i],
         )
 
-    def __getitem__(self, key: Any) -> Any:
-        """A ``StepRecord``, or a list of them for a slice."""
-        if isinstance(key, slice):
-            return [self.row(i) for i in range(*key.indices(len(self.step)))]
-        return self.row(key)
-
-    def __iter__(self) -> Iterator[StepRecord]:
-        for i in range(len(self.step)):
-            yield self.row(i)
-
-    def __eq__(self, other: object) -> bool:
-        if isinstance(other, StepTable | list | tuple):
-            return len(self) == len(other) and list(self) == list(other)
-        return NotImplemented
-
-    def __repr__(self) -> str:
-        return repr(list(self))
 
 
-class TokenTable:
+class TokenTable(RowTable):
     """tokens.csv's rows (``TokenEvent``) as columns; ``request`` holds codes into
     ``request_ids`` and ``finish_reason`` codes into ``reasons`` (-1: None)."""
 
@@ -209,21 +222,3 @@ class TokenTable:
             self.token_id[i], self.exit_depth[i], bool(self.finished[i]),
             None if code < 0 else self.reasons.values[code],
         )
-
-    def __getitem__(self, key: Any) -> Any:
-        """A ``TokenEvent``, or a list of them for a slice."""
-        if isinstance(key, slice):
-            return [self.row(i) for i in range(*key.indices(len(self.index)))]
-        return self.row(key)
-
-    def __iter__(self) -> Iterator[TokenEvent]:
-        for i in range(len(self.index)):
-            yield self.row(i)
-
-    def __eq__(self, other: object) -> bool:
-        if isinstance(other, TokenTable | list | tuple):
-            return len(self) == len(other) and list(self) == list(other)
-        return NotImplemented
-
-    def __repr__(self) -> str:
-        return repr(list(self))
