@@ -10,8 +10,7 @@ shortest round-trip repr and a missing value as an empty field, as it always has
 
 from __future__ import annotations
 
-import csv
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -20,6 +19,8 @@ import numpy as np
 import pandas as pd  # type: ignore[import-untyped]
 import pyarrow as pa  # type: ignore[import-untyped]
 import pyarrow.parquet as pq  # type: ignore[import-untyped]
+
+from loopserve.outputs.files import write_csv
 
 FORMATS = ("parquet", "csv")
 ROW_GROUP_ROWS = 1 << 20
@@ -98,15 +99,16 @@ def _write_parquet(path: Path, name: str, schema: Schema, parts: Sequence[Column
 
 
 def _write_csv(path: Path, schema: Schema, parts: Sequence[Columns]) -> None:
-    with path.open("w", newline="") as f:
-        w = csv.writer(f, lineterminator="\n")
-        w.writerow([c for c, _ in schema])
-        for part in parts:
-            n = _num_rows(part, schema)
-            for lo in range(0, n, _CSV_CHUNK_ROWS):
-                hi = min(n, lo + _CSV_CHUNK_ROWS)
-                cols = [_python(part[c], k, lo, hi) for c, k in schema]
-                w.writerows(zip(*cols, strict=True))
+    write_csv(path, [c for c, _ in schema], _csv_rows(schema, parts))
+
+
+def _csv_rows(schema: Schema, parts: Sequence[Columns]) -> Iterator[tuple[Any, ...]]:
+    for part in parts:
+        n = _num_rows(part, schema)
+        for lo in range(0, n, _CSV_CHUNK_ROWS):
+            hi = min(n, lo + _CSV_CHUNK_ROWS)
+            cols = [_python(part[c], k, lo, hi) for c, k in schema]
+            yield from zip(*cols, strict=True)
 
 
 def _num_rows(part: Columns, schema: Schema) -> int:

@@ -30,7 +30,12 @@ def model_label(name_or_dir: str) -> str:
 def profile_path(hardware: str, model: str, root: Path | None = None) -> Path:
     """Where the profile of ``hardware`` and ``model`` lives under ``root`` (default: the
     relative ``results/profiles``, where ``loopserve calibrate`` writes it)."""
-    return (root or Path()) / PROFILES_DIR / f"{hardware}-{model_label(model)}.json"
+    return (root or Path()) / PROFILES_DIR / profile_name(hardware, model)
+
+
+def profile_name(hardware: str, model: str) -> str:
+    """The profile's file name: ``<hardware>-<model>.json``."""
+    return f"{hardware}-{model_label(model)}.json"
 
 
 def search_path(base_dir: Path | None = None) -> list[Path]:
@@ -42,7 +47,7 @@ def search_path(base_dir: Path | None = None) -> list[Path]:
 
 def find_profile(hardware: str, model: str, base_dir: Path | None = None) -> Path | None:
     """The profile file for ``hardware`` / ``model`` on the search path, else None."""
-    name = f"{hardware}-{model_label(model)}.json"
+    name = profile_name(hardware, model)
     for folder in search_path(base_dir):
         path = folder / name
         if path.is_file():
