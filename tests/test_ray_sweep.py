@@ -1,5 +1,6 @@
 """Ray-parallel sweeps: a tiny sweep on 2 local Ray workers writes the same bytes as the
-sequential run; the flags' bad uses and a missing Ray are one-line errors with nothing
+sequential run, its Ray's start-up having warmed 2 distinct worker processes (the ones later
+tasks run on); the flags' bad uses and a missing Ray are one-line errors with nothing
 written; the Ray session is shut down and the driver's signal handlers kept whatever
 happens; run records survive pickling (how they leave a worker)."""
 
@@ -8,6 +9,7 @@ from __future__ import annotations
 import pickle
 import signal
 import sys
+import time
 import types
 from pathlib import Path
 from typing import Any
@@ -33,13 +35,27 @@ def _sweep(folder: Path) -> Path:
 
 
 def test_two_ray_workers_write_the_sequential_bytes(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     pytest.importorskip("ray")
     path = _sweep(tmp_path)
     seq, par = tmp_path / "seq", tmp_path / "par"
+    warmed: list[list[int]] = []
+    real_warm = ray_runs.warm_workers
+
+    def spy(ray: Any, n: int) -> list[int]:
+        warmed.append(real_warm(ray, n))
+        warmed.append(real_warm(ray, n, timeout_s=5.0))  # once more: the same workers
+        t0 = time.monotonic()  # one more task than CPUs: the barrier gives up in time
+        warmed.append(real_warm(ray, n + 1, timeout_s=0.5) + [time.monotonic() - t0 < 5])
+        return warmed[0]
+
+    monkeypatch.setattr(ray_runs, "warm_workers", spy)
     assert main(["run", str(path), "--out", str(seq), "--no-progress"]) == 0
     assert main(["run", str(path), "--out", str(par), "--no-progress", "--workers", "2"]) == 0
+    first, again, short = warmed
+    assert len(first) == 2 and first == again  # 2 distinct processes, warm and kept
+    assert short == first + [True]  # gave up in time with the 2 it could reach
     files = {p.name for p in seq.iterdir()}
     assert files == {p.name for p in par.iterdir()} and set(DATA_FILES) <= files
     for name in sorted(files - {"env.json", "report.html"}):  # those name the run folder
@@ -121,17 +137,19 @@ def test_ray_session_shuts_down_and_keeps_signal_handlers(
 ) -> None:
     fake = FakeRay()
     monkeypatch.setitem(sys.modules, "ray", fake)
+    monkeypatch.setattr(ray_runs, "warm_workers", lambda ray, n: fake.calls.append(("warm", n)))
     with interrupts.deferred():
         mine = signal.getsignal(signal.SIGTERM)
         with pytest.raises(type(ending)), ray_session(RayOptions(workers=3)):
             assert signal.getsignal(signal.SIGTERM) is mine
             raise ending
     assert fake.calls == [("init", {"include_dashboard": False, "log_to_driver": False,
-                                    "configure_logging": False, "num_cpus": 3}), "shutdown"]
+                                    "configure_logging": False, "num_cpus": 3}),
+                          ("warm", 3), "shutdown"]
     fake.calls.clear()
     monkeypatch.setattr(ray_runs, "check_reachable", lambda address: fake.calls.append(address))
     with ray_session(RayOptions(address="ray://head:10001")):
         pass
     assert fake.calls.pop(0) == "ray://head:10001"  # checked before ray.init
     assert fake.calls[0][1]["address"] == "ray://head:10001"
-    assert "num_cpus" not in fake.calls[0][1] and fake.calls[1] == "shutdown"
+    assert "num_cpus" not in fake.calls[0][1] and fake.calls[1] == "shutdown"  # not warmed
