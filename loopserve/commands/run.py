@@ -48,7 +48,9 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         add_result_flags(r)
         r.add_argument("--workers", metavar="N",
                        help="simulator: run the sweep's runs as Ray tasks on a local Ray of N "
-                       "CPUs (needs loopserve[ray]); results identical to the sequential run")
+                       "CPUs (needs loopserve[ray]); results identical to the sequential run; "
+                       "Ray's start-up and shutdown cost seconds, so it pays off for sweeps "
+                       "that take over ~15 s in one process")
         r.add_argument("--ray-address", metavar="ADDR",
                        help="simulator: run the sweep's runs on the Ray cluster at ADDR")
         r.set_defaults(handler=main, require_sweep=name == "sweep")
