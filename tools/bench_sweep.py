@@ -13,8 +13,11 @@ with ``--heavy-set`` overrides), side by side:
   shutdown, and ``speedup_whole`` (planning and writing cost the same both ways);
 - ``results_identical``: every run's records and summary compare equal, field by field.
 
-For the scenario as it is, also Ray's overhead per task on that Ray: the median round trip of
-one trivial task, and the time per trivial task when many are queued. From the heavy sweep's
+For the scenario as it is, also ``ray_runs_again_s`` (its runs once more on the same workers:
+the first sweep should match it), Ray's overhead per task on that Ray (the median round trip
+of one trivial task, and the time per trivial task when many are queued) and, before any Ray,
+``parallel_ceiling``: N sequential sweeps at once in forked processes, as throughput against
+one alone (what the cores give, whatever Ray does). From the heavy sweep's
 fixed cost F (start-up + shutdown) and speed-up S, ``break_even_sequential_s`` = F / (1 - 1/S):
 the sequential sweep time above which ``--workers`` pays. Prints one JSON object; every number
 is measured in that process (the load average at the start bounds any speed-up).
