@@ -3,7 +3,8 @@
 ``fixed``, ``trace`` and ``categorical`` are decided by the core from seeded per-request
 streams and need no signal. ``ouro``, ``ouro_delayed`` and ``random_lookahead`` read one
 signal per decode row and depth. With an exit profile (``sim.exit_profile``) a token's whole
-vector is one measured row, picked by a hash of (seed, request, position), so the correlation
+vector is one measured row (of the regime measured under the same policy, when the profile has
+one: ``sim.exit_regime``), picked by a hash of (seed, request, position), so the correlation
 between its depths is the model's (``profile_signal_fn``). Without one it is synthetic (the
 explicit fallback): λ at depth d is logit-normal around a
 per-depth mean, ``sigmoid(logit(mean_lambdas[d]) + sigma * z)`` with z a standard normal
@@ -16,7 +17,7 @@ threshold).
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from statistics import NormalDist
 
 from engine.core.config import ExitConfig
@@ -83,15 +84,25 @@ def profile_row(seed: int, num_rows: int, request_id: str, position: int) -> int
     return stable_seed(seed, "profile", request_id, position) % num_rows
 
 
-def profile_signal_fn(seed: int, rows: Sequence[Sequence[float]]) -> SignalFn:
-    """Signals from measured rows: token (request, position) reads row ``profile_row``."""
+def profile_signal_fn(seed: int, rows: Sequence[Sequence[float | None]],
+                      own: Mapping[tuple[str, int], int] | None = None) -> SignalFn:
+    """Signals from measured rows: token (request, position) reads its own row when ``own``
+    has it (measured from this very request), else row ``profile_row``. A regime row has no
+    value past the depth it exited at; replayed under its own policy that depth is never
+    read, so reading one is a bug, not a modelling choice."""
     table = tuple(tuple(r) for r in rows)
     n = len(table)
     if n == 0:
         raise ValueError("exit.profile: the profile holds no rows")
+    mine = dict(own or {})
 
     def signal(request_id: str, position: int, depth: int) -> float:
-        return table[profile_row(seed, n, request_id, position)][depth]
+        k = mine.get((request_id, position))
+        v = table[profile_row(seed, n, request_id, position) if k is None else k][depth]
+        if v is None:
+            raise RuntimeError(f"exit profile: {request_id}@{position} read depth {depth} "
+                               "past its regime row's exit (policy mismatch)")
+        return v
 
     return signal
 
@@ -104,9 +115,11 @@ def make_signal_fn(
     mean_lambdas: Sequence[float] | None = None,
     sigma: float = 0.5,
     profile: ExitProfile | None = None,
+    layout: str = "last_exited",
 ) -> SignalFn | None:
     """The signal function for ``exit_cfg.mode``, or None when the core decides alone; from
-    ``profile`` when one is given, else the synthetic stream."""
+    ``profile`` when one is given (its regime for ``exit_cfg`` and the cache ``layout`` when
+    it has one, else its full-depth rows), else the synthetic stream."""
     if exit_cfg.mode not in SIGNAL_MODES:
         return None
     if profile is not None:
@@ -114,6 +127,9 @@ def make_signal_fn(
             raise ValueError(f"exit.profile: measured with {profile.num_depths} depths, the "
                              f"model has {num_depths}; use the model's own exit profile")
         # Row choice ignores the mode: ouro vs ouro_delayed compare on the same tokens' gates.
+        regime = profile.regime_for(exit_cfg, layout)
+        if regime is not None:
+            return profile_signal_fn(seed, regime.signals, regime.own_rows(seed))
         return profile_signal_fn(seed, profile.signal_rows(exit_cfg))
     means = tuple(mean_lambdas) if mean_lambdas is not None else default_mean_lambdas(num_depths)
     if len(means) != num_depths:

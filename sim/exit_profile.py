@@ -11,11 +11,16 @@ default as ``results/profiles/<hardware>-<model>.exits.json`` beside the cost pr
                      "num_tokens": 1512, "seed": 0, "device": "...", "dtype": "float32",
                      "torch_version": "2.13.0", "commit": "<sha>", "date": "..."},
       "tokens": [[0, 17], ...],          # (prompt index, position) of each row, measured order
-      "lambdas": [[0.41, 0.52, 0.49, 0.55], ...]   # one row per decode token, all D depths
+      "lambdas": [[0.41, 0.52, 0.49, 0.55], ...],  # one row per decode token, all D depths
+      "regimes": [{"mode": "ouro", "exit_threshold": 0.8, "max_loops": 4, ...,
+                   "tokens": [...], "signals": [[0.41, 0.52, null, null], ...]}]  # optional
     }
 
 Every row holds the gate at all D depths: the measurement runs every token the full depth, so
 any threshold, ``min_loops``, ``max_loops`` and signal mode can be replayed from one file.
+Optional ``regimes`` (``sim.exit_regime``) hold rows measured with the exits on under one
+policy each; ``rows_for`` prefers the regime that matches the replayed policy, because exits
+feed back into later tokens and full-depth rows then overstate the deep exits.
 The first output token of a request comes from the prompt and always runs D loops; it has no
 row. ``implied_depths`` applies the core's own exit deciders to the rows. Torch-free.
 """
@@ -29,6 +34,7 @@ from pydantic import BaseModel, ConfigDict, model_validator
 
 from engine.core.config import ExitConfig
 from engine.core.exits import make_decider
+from sim.exit_regime import ExitRegime
 from sim.profile_file import read_versioned
 
 EXIT_PROFILE_FORMAT = "loopserve-exit-profile/1"
@@ -75,6 +81,7 @@ class ExitProfile(BaseModel):
     tokens: list[tuple[int, int]]
     lambdas: list[list[float]]
     lookahead: LookaheadScores | None = None
+    regimes: list[ExitRegime] | None = None
 
     @model_validator(mode="after")
     def _consistent(self) -> ExitProfile:
@@ -89,7 +96,20 @@ class ExitProfile(BaseModel):
                 raise ValueError(f"lambdas[{i}]: gate values must lie in [0, 1]")
         if self.lookahead is not None and len(self.lookahead.scores) != len(self.lambdas):
             raise ValueError("lookahead.scores: needs one row per lambdas row")
+        for r in self.regimes or ():
+            if any(len(row) != self.num_depths for row in r.signals):
+                raise ValueError(f"regime {r.label}: rows need {self.num_depths} entries")
         return self
+
+    def regime_for(self, cfg: ExitConfig, layout: str) -> ExitRegime | None:
+        """The regime measured under exactly ``cfg`` and ``layout``, if the file has one."""
+        return next((r for r in self.regimes or () if r.matches(cfg, self.num_depths, layout)),
+                    None)
+
+    def rows_for(self, cfg: ExitConfig, layout: str) -> Sequence[Sequence[float | None]]:
+        """The rows a replay under ``cfg`` draws from: its regime's, else ``signal_rows``."""
+        regime = self.regime_for(cfg, layout)
+        return regime.signals if regime is not None else self.signal_rows(cfg)
 
     def signal_rows(self, cfg: ExitConfig) -> list[list[float]]:
         """The rows ``cfg.mode`` reads: gate λ, or the lookahead head's scores for
@@ -124,20 +144,25 @@ def sibling_exit_profile(cost_profile: str | Path) -> Path | None:
     return sib if sib.is_file() else None
 
 
-def exit_depth(row: Sequence[float], cfg: ExitConfig, num_depths: int) -> int:
-    """Loops a token with gate vector ``row`` runs under ``cfg`` (the core's decider)."""
+def exit_depth(row: Sequence[float | None], cfg: ExitConfig, num_depths: int) -> int:
+    """Loops a token with gate vector ``row`` runs under ``cfg`` (the core's decider);
+    ValueError when it reads a depth the row did not run (a regime row under another policy)."""
     decider = make_decider(cfg, num_depths, request_key="profile")
     decider.start_token(1)
     for depth in range(num_depths):
         signal = row[depth] if decider.needs_signal(depth) else None
+        if decider.needs_signal(depth) and signal is None:
+            raise ValueError(f"exit.profile: a regime row read at depth {depth}, past its exit")
         if decider.after_depth(depth + 1, signal):
             return depth + 1
     return num_depths
 
 
-def implied_depths(profile: ExitProfile, cfg: ExitConfig) -> list[int]:
-    """Each profile row's exit depth under ``cfg`` (in row order)."""
-    return [exit_depth(row, cfg, profile.num_depths) for row in profile.signal_rows(cfg)]
+def implied_depths(profile: ExitProfile, cfg: ExitConfig,
+                   layout: str = "last_exited") -> list[int]:
+    """Each row's exit depth under ``cfg`` (in row order), from the rows a replay under
+    ``cfg`` and ``layout`` draws (``rows_for``)."""
+    return [exit_depth(row, cfg, profile.num_depths) for row in profile.rows_for(cfg, layout)]
 
 
 def depth_histogram(depths: Sequence[int], num_depths: int) -> list[float]:

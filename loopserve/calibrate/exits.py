@@ -1,6 +1,8 @@
 """Measure an exit profile: run the real model over a prompt set with every token going the
 full depth (fixed exits) and read the exit gate at every depth of every decode token, through
-the runner's hidden-state hook, so any threshold can be replayed later (``sim.exit_profile``).
+the runner's hidden-state hook, so any threshold can be replayed later (``sim.exit_profile``);
+then, per requested policy, the same prompts with the exits on, recording each token's signal
+at the depths it ran (``sim.exit_regime``: what that policy's replay draws).
 """
 
 from __future__ import annotations
@@ -15,13 +17,15 @@ import torch
 
 from engine.core import ExitConfig, SamplingParams
 from engine.core.batch import ItemKind, ScheduledItem
-from engine.llm import LLM
+from engine.llm import LLM, RequestOutput
 from engine.model.alloc import default_dtype
 from engine.model.build import build_model
+from engine.model.ouro import OuroForCausalLM
 from loopserve.calibrate.job import device_name, hardware_name
 from loopserve.outputs.env_info import commit_label
 from sim.cost.resolve import model_label
-from sim.exit_profile import ExitProfile, ExitProvenance, LookaheadScores
+from sim.exit_profile import ExitProfile, ExitProvenance, LookaheadScores, exit_depth
+from sim.exit_regime import regime_of
 
 
 def generated_prompts(num: int, vocab_size: int, seed: int, low: int = 16,
@@ -72,46 +76,100 @@ class _GateRecorder:
         self.score[key] = float(self.head(rows[-1:]).reshape(-1)[0])
 
 
+def _rows(rec: _GateRecorder, outs: Sequence[RequestOutput], num_depths: int, head: str
+          ) -> tuple[list[tuple[int, int]], list[list[float | None]]]:
+    """Each decode token's (prompt index, position) and its ``head`` values at the depths it
+    ran (None after), in prompt then position order."""
+    values = rec.gate if head == "gate" else rec.score
+    ids = {o.request_id: i for i, o in enumerate(outs)}
+    keys = sorted({(r, p) for (r, p, _d) in values}, key=lambda k: (ids[k[0]], k[1]))
+    tokens = [(ids[r], p) for r, p in keys]
+    rows = [[values.get((r, p, d)) for d in range(num_depths)] for r, p in keys]
+    return tokens, rows
+
+
+def _generate(net: OuroForCausalLM, prompts: Sequence[Sequence[int]],
+              params: list[SamplingParams], *, device: torch.device, dtype: torch.dtype,
+              seed: int, lookahead_seed: int, exit: ExitConfig, layout: str
+              ) -> tuple[_GateRecorder, list[RequestOutput]]:
+    llm = LLM(net, arm="atomic", device=device, dtype=dtype, seed=seed, exit=exit,
+              max_num_seqs=8, layout=layout)
+    rec = _GateRecorder(llm, lookahead_seed)
+    llm.runner.hidden_hook = rec
+    outs = llm.generate(prompts, params)
+    failed = [o.request_id for o in outs if o.finish_reason == "error"]
+    if failed:
+        raise ValueError(f"model: {len(failed)} of {len(outs)} measurement requests failed "
+                         "(prompt token ids outside the vocabulary?)")
+    return rec, outs
+
+
+def _check_regime(outs: Sequence[RequestOutput], tokens: list[tuple[int, int]],
+                  rows: list[list[float | None]], cfg: ExitConfig, num_depths: int) -> None:
+    """Every row ran the depths its token exited at, and the core's decider, replaying the
+    row, exits there too (so a simulation of this policy takes the measured exits)."""
+    bad = 0
+    for (i, pos), row in zip(tokens, rows, strict=True):
+        out = outs[i]
+        taken = out.exit_depths[pos - len(out.prompt_token_ids) + 1]
+        ran = sum(v is not None for v in row)
+        if ran != taken or exit_depth(row, cfg, num_depths) != taken:
+            bad += 1
+    if bad:
+        raise RuntimeError(f"exit regime {cfg.mode}@{cfg.exit_threshold:g}: {bad} of "
+                           f"{len(rows)} tokens ran other depths than their gates imply")
+
+
 def measure_exit_profile(
-    *, model: str, prompts: Sequence[Sequence[int]], prompt_source: str, max_tokens: int,
-    target: str = "cpu", seed: int = 0, lookahead_seed: int = 0, threads: int = 1,
-    command: list[str] | None = None,
+    *, model: str, prompts: Sequence[Sequence[int]], prompt_source: str,
+    max_tokens: int | Sequence[int], target: str = "cpu", seed: int = 0,
+    lookahead_seed: int = 0, threads: int = 1, command: list[str] | None = None,
+    regimes: Sequence[ExitConfig] = (), layout: str = "last_exited",
+    sources: Sequence[tuple[int, str]] | None = None,
 ) -> ExitProfile:
-    """Generate ``max_tokens`` per prompt at full depth and record every decode token's gate
-    vector; ValueError("model: ...") for an unknown model."""
+    """Generate ``max_tokens`` (one count, or one per prompt) per prompt at full depth and
+    record every decode token's gate vector; then once more per policy of ``regimes`` with
+    the exits on (``sim.exit_regime``; ``sources``: each prompt's workload seed and request
+    id, recorded so a simulation replays those tokens' own rows). ValueError("model: ...")
+    for an unknown model."""
     device = torch.device(target)
+    counts = [max_tokens] * len(prompts) if isinstance(max_tokens, int) else list(max_tokens)
+    params = [SamplingParams(max_tokens=n, ignore_eos=True) for n in counts]
     before = torch.get_num_threads()
     if device.type == "cpu":
         torch.set_num_threads(threads)
     try:
         dtype = default_dtype(device)
         net = build_model(model, seed=seed, device=device, dtype=dtype)
-        llm = LLM(net, arm="atomic", device=device, dtype=dtype, seed=seed,
-                  exit=ExitConfig(mode="fixed"), max_num_seqs=8)
-        rec = _GateRecorder(llm, lookahead_seed)
-        llm.runner.hidden_hook = rec
-        params = SamplingParams(max_tokens=max_tokens, ignore_eos=True)
-        outs = llm.generate(prompts, params)
+        num_depths = net.config.total_ut_steps
+        def run(exit: ExitConfig) -> tuple[_GateRecorder, list[RequestOutput]]:
+            return _generate(net, prompts, params, device=device, dtype=dtype, seed=seed,
+                             lookahead_seed=lookahead_seed, exit=exit, layout=layout)
+
+        rec, outs = run(ExitConfig(mode="fixed"))
+        tokens, lambdas = _rows(rec, outs, num_depths, "gate")
+        _, scores = _rows(rec, outs, num_depths, "score")
+        measured = []
+        for cfg in regimes:
+            rec_r, outs_r = run(cfg)
+            head = "score" if cfg.mode == "random_lookahead" else "gate"
+            r_tokens, r_rows = _rows(rec_r, outs_r, num_depths, head)
+            _check_regime(outs_r, r_tokens, r_rows, cfg, num_depths)
+            measured.append(regime_of(cfg, num_depths, layout, r_tokens, r_rows,
+                                      sources=list(sources) if sources is not None else None))
     finally:
         torch.set_num_threads(before)
-    failed = [o.request_id for o in outs if o.finish_reason == "error"]
-    if failed:
-        raise ValueError(f"model: {len(failed)} of {len(outs)} measurement requests failed "
-                         "(prompt token ids outside the vocabulary?)")
-    num_depths = net.config.total_ut_steps
-    ids = {o.request_id: i for i, o in enumerate(outs)}
-    keys = sorted({(r, p) for (r, p, _d) in rec.gate}, key=lambda k: (ids[k[0]], k[1]))
-    tokens = [(ids[r], p) for r, p in keys]
-    lambdas = [[rec.gate[(r, p, d)] for d in range(num_depths)] for r, p in keys]
-    scores = [[rec.score[(r, p, d)] for d in range(num_depths)] for r, p in keys]
     prov = ExitProvenance(
         model=model_label(model), checkpoint_sha256=checkpoint_sha256(model),
         prompt_source=prompt_source, num_prompts=len(prompts), num_tokens=len(tokens),
         seed=seed, device=device_name(device), dtype=str(dtype).removeprefix("torch."),
         torch_version=torch.__version__, commit=commit_label(),
         date=_dt.datetime.now(_dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
-        max_tokens=max_tokens, command=command,
+        max_tokens=max(counts), command=command,
     )
     return ExitProfile(model=model_label(model), num_depths=num_depths, provenance=prov,
-                       tokens=tokens, lambdas=lambdas,
-                       lookahead=LookaheadScores(seed=lookahead_seed, scores=scores))
+                       tokens=tokens, lambdas=[[float(v) for v in r if v is not None]
+                                               for r in lambdas],
+                       lookahead=LookaheadScores(seed=lookahead_seed, scores=[
+                           [float(v) for v in r if v is not None] for r in scores]),
+                       regimes=measured or None)

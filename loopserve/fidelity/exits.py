@@ -39,7 +39,9 @@ def exit_fidelity(plan: Plan, sim: list[WorldRun], real: list[WorldRun]) -> Exit
 
 def exit_lines(section: ExitsSection) -> list[str]:
     """The CLI table's exit-depth lines."""
-    lines = [f"exit depths (exit model: {section['exit_model'].get('kind')}):"]
+    model = section["exit_model"]
+    rows = f", {model['rows']}" if model.get("rows") else ""
+    lines = [f"exit depths (exit model: {model.get('kind')}{rows}):"]
     for arm, a in section["arms"].items():
         def fmt(w: ExitWorld) -> str:
             fr = "/".join(f"{100 * f:.1f}" for f in w["depth_fractions"])

@@ -23,6 +23,7 @@ class ExitSource:
     profile: ExitProfile | None = None
     path: str | None = None
     via: str | None = None  # "exit.profile" or "cost.profile" (the calibrated profile's sibling)
+    rows: str | None = None  # "regime <label>" (measured under the point's policy) or "full depth"
 
     def describe(self) -> dict[str, object]:
         """The env.json entry: kind, and for a profile its file and measured token count."""
@@ -30,7 +31,7 @@ class ExitSource:
         if self.profile is not None:
             out.update(path=self.path, via=self.via,
                        num_tokens=self.profile.provenance.num_tokens,
-                       model=self.profile.model)
+                       model=self.profile.model, rows=self.rows)
         return out
 
 
@@ -54,10 +55,20 @@ def exit_source(scn: Scenario, shape: ModelShape, context: str = "") -> ExitSour
         if profile.num_depths != shape.num_depths:
             raise ValueError(f"exit.profile: {path}: measured with {profile.num_depths} depths, "
                              f"the model has {shape.num_depths}; use the model's own profile")
-        profile.signal_rows(exit_config(scn))  # random_lookahead: the head's scores exist
+        cfg = exit_config(scn)
+        regime = profile.regime_for(cfg, scn.cache.layout)
+        if regime is None:
+            profile.signal_rows(cfg)  # random_lookahead: the head's scores exist
     except ValueError as err:
         raise UserError.from_value_error(err, "exit.profile", context) from None
-    return ExitSource("profile", profile, path, via)
+    rows = "full depth"
+    if regime is not None:
+        from loopserve.runs.plan import repeat_seed  # plan imports this module
+
+        seeds = [repeat_seed(scn.seed, r) for r in range(scn.repeats)]
+        own = sum(bool(regime.own_rows(s)) for s in seeds)
+        rows = f"regime {regime.label}, own rows for {own} of {len(seeds)} repeat seeds"
+    return ExitSource("profile", profile, path, via, rows)
 
 
 def exit_models(exits: Mapping[int, ExitSource]) -> dict[str, object] | None:

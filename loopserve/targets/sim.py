@@ -35,6 +35,7 @@ class SimTarget:
         """One run priced by ``cost`` instead of the point's own (fidelity's capture)."""
         signal_fn = make_signal_fn(spec.cfg.exit, self.shape.num_depths, seed=spec.seed,
                                    mean_lambdas=self.exit_lambdas[spec.point_id],
-                                   profile=(self.exit_profiles or {}).get(spec.point_id))
+                                   profile=(self.exit_profiles or {}).get(spec.point_id),
+                                   layout=spec.cfg.cache.layout)
         return simulate(spec.cfg, source, cost, signal_fn=signal_fn, seed=spec.seed,
                         vocab_size=self.shape.vocab_size)
