@@ -11,6 +11,7 @@ import datetime as _dt
 import hashlib
 import random
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -76,32 +77,50 @@ class _GateRecorder:
         self.score[key] = float(self.head(rows[-1:]).reshape(-1)[0])
 
 
-def _rows(rec: _GateRecorder, outs: Sequence[RequestOutput], num_depths: int, head: str
+@dataclass
+class _Measured:
+    """One pass over the prompts: per (prompt index, position, depth) gate and score, and
+    each prompt's output."""
+
+    gate: dict[tuple[int, int, int], float]
+    score: dict[tuple[int, int, int], float]
+    outs: list[RequestOutput]
+
+
+def _rows(m: _Measured, num_depths: int, head: str
           ) -> tuple[list[tuple[int, int]], list[list[float | None]]]:
     """Each decode token's (prompt index, position) and its ``head`` values at the depths it
     ran (None after), in prompt then position order."""
-    values = rec.gate if head == "gate" else rec.score
-    ids = {o.request_id: i for i, o in enumerate(outs)}
-    keys = sorted({(r, p) for (r, p, _d) in values}, key=lambda k: (ids[k[0]], k[1]))
-    tokens = [(ids[r], p) for r, p in keys]
-    rows = [[values.get((r, p, d)) for d in range(num_depths)] for r, p in keys]
-    return tokens, rows
+    values = m.gate if head == "gate" else m.score
+    keys = sorted({(i, p) for (i, p, _d) in values})
+    return keys, [[values.get((i, p, d)) for d in range(num_depths)] for i, p in keys]
 
 
 def _generate(net: OuroForCausalLM, prompts: Sequence[Sequence[int]],
-              params: list[SamplingParams], *, device: torch.device, dtype: torch.dtype,
-              seed: int, lookahead_seed: int, exit: ExitConfig, layout: str
-              ) -> tuple[_GateRecorder, list[RequestOutput]]:
-    llm = LLM(net, arm="atomic", device=device, dtype=dtype, seed=seed, exit=exit,
-              max_num_seqs=8, layout=layout)
-    rec = _GateRecorder(llm, lookahead_seed)
-    llm.runner.hidden_hook = rec
-    outs = llm.generate(prompts, params)
-    failed = [o.request_id for o in outs if o.finish_reason == "error"]
+              params: list[SamplingParams], groups: dict[int, list[int]], *,
+              device: torch.device, dtype: torch.dtype, lookahead_seed: int,
+              exit: ExitConfig, layout: str) -> _Measured:
+    """Every prompt once, each group (runner seed -> prompt indices) on its own engine seeded
+    as a run of that seed is, so sampling draws what the run draws."""
+    m = _Measured({}, {}, [])
+    outs: dict[int, RequestOutput] = {}
+    for seed, idx in groups.items():
+        llm = LLM(net, arm="atomic", device=device, dtype=dtype, seed=seed, exit=exit,
+                  max_num_seqs=8, layout=layout)
+        rec = _GateRecorder(llm, lookahead_seed)
+        llm.runner.hidden_hook = rec
+        got = llm.generate([prompts[i] for i in idx], [params[i] for i in idx])
+        where = {o.request_id: i for i, o in zip(idx, got, strict=True)}
+        for (rid, pos, d), v in rec.gate.items():
+            m.gate[where[rid], pos, d] = v
+            m.score[where[rid], pos, d] = rec.score[rid, pos, d]
+        outs.update(zip(idx, got, strict=True))
+    m.outs = [outs[i] for i in range(len(prompts))]
+    failed = [o.request_id for o in m.outs if o.finish_reason == "error"]
     if failed:
-        raise ValueError(f"model: {len(failed)} of {len(outs)} measurement requests failed "
+        raise ValueError(f"model: {len(failed)} of {len(m.outs)} measurement requests failed "
                          "(prompt token ids outside the vocabulary?)")
-    return rec, outs
+    return m
 
 
 def _check_regime(outs: Sequence[RequestOutput], tokens: list[tuple[int, int]],
@@ -130,8 +149,9 @@ def measure_exit_profile(
     """Generate ``max_tokens`` (one count, or one per prompt) per prompt at full depth and
     record every decode token's gate vector; then once more per policy of ``regimes`` with
     the exits on (``sim.exit_regime``; ``sources``: each prompt's workload seed and request
-    id, recorded so a simulation replays those tokens' own rows). ValueError("model: ...")
-    for an unknown model."""
+    id, recorded so a simulation replays those tokens' own rows; each seed's prompts run on an
+    engine of that seed, as that run's do). Weights come from ``seed``, as a real target
+    builds them from the scenario seed. ValueError("model: ...") for an unknown model."""
     device = torch.device(target)
     counts = [max_tokens] * len(prompts) if isinstance(max_tokens, int) else list(max_tokens)
     params = [SamplingParams(max_tokens=n, ignore_eos=True) for n in counts]
@@ -142,19 +162,23 @@ def measure_exit_profile(
         dtype = default_dtype(device)
         net = build_model(model, seed=seed, device=device, dtype=dtype)
         num_depths = net.config.total_ut_steps
-        def run(exit: ExitConfig) -> tuple[_GateRecorder, list[RequestOutput]]:
-            return _generate(net, prompts, params, device=device, dtype=dtype, seed=seed,
+        groups: dict[int, list[int]] = {}
+        for i in range(len(prompts)):
+            groups.setdefault(seed if sources is None else sources[i][0], []).append(i)
+
+        def run(exit: ExitConfig) -> _Measured:
+            return _generate(net, prompts, params, groups, device=device, dtype=dtype,
                              lookahead_seed=lookahead_seed, exit=exit, layout=layout)
 
-        rec, outs = run(ExitConfig(mode="fixed"))
-        tokens, lambdas = _rows(rec, outs, num_depths, "gate")
-        _, scores = _rows(rec, outs, num_depths, "score")
+        full = run(ExitConfig(mode="fixed"))
+        tokens, lambdas = _rows(full, num_depths, "gate")
+        _, scores = _rows(full, num_depths, "score")
         measured = []
         for cfg in regimes:
-            rec_r, outs_r = run(cfg)
+            got = run(cfg)
             head = "score" if cfg.mode == "random_lookahead" else "gate"
-            r_tokens, r_rows = _rows(rec_r, outs_r, num_depths, head)
-            _check_regime(outs_r, r_tokens, r_rows, cfg, num_depths)
+            r_tokens, r_rows = _rows(got, num_depths, head)
+            _check_regime(got.outs, r_tokens, r_rows, cfg, num_depths)
             measured.append(regime_of(cfg, num_depths, layout, r_tokens, r_rows,
                                       sources=list(sources) if sources is not None else None))
     finally:

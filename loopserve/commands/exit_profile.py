@@ -61,7 +61,8 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     p.add_argument("--prompts", help="ShareGPT-format JSON or a text file (one prompt a line)")
     p.add_argument("--num-prompts", type=int, default=24, help="prompts to run (default 24)")
     p.add_argument("--max-tokens", type=int, default=64, help="output tokens each (default 64)")
-    p.add_argument("--seed", type=int, default=0, help="weights and prompt seed (default 0)")
+    p.add_argument("--seed", type=int, help="weights and prompt seed (default 0; with "
+                   "--scenario the scenario's)")
     p.add_argument("--lookahead-seed", type=int, default=0,
                    help="random_lookahead head seed to record scores for (default 0)")
     p.add_argument("--threads", type=int, default=1, help="CPU torch threads (default 1)")
@@ -157,6 +158,9 @@ def main(args: argparse.Namespace, argv: list[str]) -> int:
     if args.scenario is not None and args.prompts:
         raise UserError("--prompts", "cannot be combined with --scenario (which brings its "
                         "own workload); drop one")
+    if args.scenario is not None and args.seed is not None:
+        raise UserError("--seed", "cannot be combined with --scenario (its weights and "
+                        "workload follow the scenario's seed); drop --seed or set seed in it")
     for flag, given in (("--repeats", args.repeats is not None),
                         ("--independent", args.independent)):
         if given and args.scenario is None:
@@ -202,14 +206,15 @@ def main(args: argparse.Namespace, argv: list[str]) -> int:
         prompts = [tok.encode(t)[-512:] or [1] for t in texts]
         source = f"file: {Path(args.prompts).name} ({len(prompts)} prompts, {type(tok).__name__})"
     elif scn is None:
-        prompts = generated_prompts(args.num_prompts, shape.vocab_size, args.seed)
+        prompts = generated_prompts(args.num_prompts, shape.vocab_size, args.seed or 0)
         source = (f"generated: {len(prompts)} random-token prompts of 16-128 tokens, seed "
-                  f"{args.seed}")
+                  f"{args.seed or 0}")
     try:
         prof = measure_exit_profile(
             model=model, prompts=prompts, prompt_source=source,
             max_tokens=counts if counts is not None else args.max_tokens,
-            target=args.target, seed=args.seed, lookahead_seed=args.lookahead_seed,
+            target=args.target, seed=scn.seed if scn is not None else args.seed or 0,
+            lookahead_seed=args.lookahead_seed,
             threads=args.threads, command=argv, regimes=regimes, layout=layout,
             sources=sources)
     except (ValueError, OSError, KeyError) as err:
