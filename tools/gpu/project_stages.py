@@ -103,8 +103,9 @@ def calibrate(c: Check, cap: float) -> str:
         args += ["--out", str(dest)]
     if c.dry and "--quick" in helptext:  # plumbing only: the full grid takes minutes on a CPU
         args.append("--quick")
-    # Kept for the exit profile after it (a model build and a short full-depth generation).
-    exits_s = 20 if c.dry else 40
+    # Kept for the exit profile after it (a model build, a short full-depth generation and
+    # one generation per exit regime).
+    exits_s = 20 if c.dry else 50
     if (flag := _BUDGET_FLAG.search(helptext)) is not None:
         # The measuring budget: the stage's cap less the model build and the fit (a 60 s
         # budget fits 120 s with a 1.4B build) and the exit profile's share.
@@ -147,8 +148,10 @@ def _exit_profile(c: Check, model: str, dest: Path, top: str, deadline: float) -
         return None
     out = found[0].with_name(found[0].stem + ".exits.json")
     n, tokens = ("2", "4") if c.dry else ("16", "48")
+    regimes = ["--regimes", "ouro@0.5,ouro@0.7,ouro@0.9"] \
+        if "--regimes" in c.loopserve(["exit-profile", "--help"], 30, echo=False).output else []
     return c.loopserve(["exit-profile", "--target", c.device, "--model", model, "--out",
-                        str(out), "--num-prompts", n, "--max-tokens", tokens],
+                        str(out), "--num-prompts", n, "--max-tokens", tokens, *regimes],
                        max(deadline - time.monotonic(), 10))
 
 
