@@ -9,6 +9,7 @@ from dataclasses import dataclass
 
 from engine.core.config import ModelShape
 from loopserve.errors import UserError
+from loopserve.runs.seeds import repeat_seed
 from loopserve.schema.build import exit_config
 from loopserve.schema.scenario import SIGNAL_EXIT_MODES, Scenario
 from sim.cost.resolve import resolve_cost
@@ -63,8 +64,6 @@ def exit_source(scn: Scenario, shape: ModelShape, context: str = "") -> ExitSour
         raise UserError.from_value_error(err, "exit.profile", context) from None
     rows = "full depth"
     if regime is not None:
-        from loopserve.runs.plan import repeat_seed  # plan imports this module
-
         seeds = [repeat_seed(scn.seed, r) for r in range(scn.repeats)]
         own = sum(bool(regime.own_rows(s)) for s in seeds)
         rows = f"regime {regime.label}, own rows for {own} of {len(seeds)} repeat seeds"

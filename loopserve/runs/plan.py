@@ -14,12 +14,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from engine.core.config import EngineConfig, ModelShape
-from engine.core.exits import stable_seed
 from engine.core.records import ArrivalSource
 from engine.core.shapes import MODEL_SHAPES
 from loopserve.errors import UserError
 from loopserve.runs import footprint
 from loopserve.runs.exit_source import ExitSource, exit_source
+from loopserve.runs.seeds import repeat_seed
 from loopserve.runs.sweep import SweepPoint, expand, reference_point
 from loopserve.schema.build import engine_config, lifetime_bound, model_shape
 from loopserve.schema.scenario import Scenario
@@ -94,13 +94,6 @@ def plan_runs(scn: Scenario, target: str) -> Plan:
                             configs[point.point_id, arm])
                 )
     return plan
-
-
-def repeat_seed(seed: int, repeat: int) -> int:
-    """The seed of repeat ``repeat``: the scenario's own seed for repeat 0 (so a one-repeat
-    run is that seed's run), else a hash of (seed, repeat), so no two (seed, repeat) pairs
-    share draws (``seed + repeat`` would make seed 0's repeat 1 seed 1's repeat 0)."""
-    return seed if repeat == 0 else stable_seed(seed, "repeat", repeat) >> 1
 
 
 def run_source(scn: Scenario, seed: int, shape: ModelShape) -> ArrivalSource:

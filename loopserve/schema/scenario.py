@@ -116,10 +116,9 @@ class ExitSpec(StrictModel):
     a run-wide exit-depth pattern, first entry D, the rest repeated over each request's
     tokens; requests of a trace file with their own ``exit_depths`` keep theirs.
     ``profile`` (simulator only): an exit profile measured from the model (``loopserve
-    exit-profile``) that the signal modes draw whole per-token λ vectors from (rows measured
-    under this very policy and cache layout when it has them, the workload's own tokens
-    replaying theirs); without it a calibrated cost profile's sibling ``<stem>.exits.json`` is
-    used when present, else the synthetic stream.
+    exit-profile``) that the signal modes draw whole per-token λ vectors from (a regime's rows
+    measured under this policy and cache layout first: docs/exit-profiles.md); without it a
+    calibrated cost profile's sibling ``<stem>.exits.json``, else the synthetic stream.
     """
 
     mode: ExitMode = "fixed"
