@@ -96,6 +96,30 @@ def test_a_cliff_is_captured_by_a_grid_term() -> None:
     assert res.held_out_mape is not None and res.held_out_mape < 0.05
 
 
+def test_a_jump_from_one_to_two_decode_rows_is_captured_by_a_rows_grid() -> None:
+    """On a CPU one row runs matrix-vector kernels and two run matrix-matrix ones: +0.9 ms
+    from 1 to 2 rows, then 0.1 ms a row, beside a context cliff. A linear row term splits the
+    difference (10% off at 1 and 2 rows); the rows grid follows it, the context grid stays."""
+    def truth(f: dict[str, float]) -> float:
+        r, x = f["decode_rows"], f["decode_padded_context"]
+        return (2.9e-3 + 0.9e-3 * min(r - 1, 1.0) + 1e-4 * max(0.0, r - 2) + 1e-6 * x
+                + 2e-6 * max(0.0, x - 8192))
+
+    samples = [Sample("decode", _features(decode_rows=r, decode_padded_context=r * c,
+                                          context_max=c), truth(_features(
+                                              decode_rows=r, decode_padded_context=r * c)))
+               for r in (1, 2, 4, 8, 12, 16) for c in (64, 256, 1024, 2048)]
+    held = [Sample("decode", f, truth(f), True) for r in (1, 2, 3)
+            for f in [_features(decode_rows=r, decode_padded_context=r * 128, context_max=128)]]
+    res = fit_stage("decode", [*samples, *held])
+    assert res is not None and res.fit.rows_grid is not None
+    assert res.fit.grid is not None and res.fit.grid.feature == "decode_padded_context"
+    assert res.held_out_max_error is not None and res.held_out_max_error < 0.02
+    # the same model through the profile file: the rows grid is priced
+    for f in (h.features for h in held):
+        assert res.fit.predict(f) == pytest.approx(truth(f), rel=0.02)
+
+
 def test_negative_coefficients_are_never_chosen() -> None:
     rng = random.Random(5)
     samples = [Sample("prompt", _features(prompt_tokens=n, prompt_seqs=1,

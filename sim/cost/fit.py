@@ -1,7 +1,8 @@
 """Fit the calibrated cost model from measured steps (pure numpy, no torch).
 
 Per stage kind, every subset of that kind's candidate features (optionally with one
-piecewise-linear ``grid`` term in place of a linear feature) is fitted by least squares on
+piecewise-linear ``grid`` term in place of a linear feature, and for decode calls a second one
+in the decode rows, ``rows_grid``) is fitted by least squares on
 relative error (rows weighted by 1 / measured time, so a 0.1 ms PRELUDE counts as much as a
 300 ms PREFILL). The intercept is the per-call host overhead. Candidates with a negative
 coefficient are dropped (time never falls as work grows). The model is chosen by K-fold
@@ -46,6 +47,8 @@ GRID_CANDIDATES: dict[str, tuple[str, ...]] = {
     "coda": ("rows",),
 }
 GRID_CANDIDATES["decode_after_prompt"] = GRID_CANDIDATES["decode"]
+# Kinds that may add a second grid in the decode rows (``StageFit.rows_grid``).
+ROWS_GRID_KINDS = frozenset({"decode", "decode_after_prompt", "mixed"})
 # Knot counts tried for a grid term (CV picks; duplicates on small grids are skipped).
 _KNOT_COUNTS = (4, 6, 10)
 # Prefer a simpler model when its CV error is within this of the best (relative, absolute).
@@ -90,10 +93,12 @@ class _Spec:
     features: tuple[str, ...]
     grid: str | None
     knots: tuple[float, ...] = ()
+    row_knots: tuple[float, ...] = ()  # a decode_rows grid beside ``grid``
 
     @property
     def num_params(self) -> int:
-        return 1 + len(self.features) + max(0, len(self.knots) - 1)
+        return (1 + len(self.features) + max(0, len(self.knots) - 1)
+                + max(0, len(self.row_knots) - 1))
 
 
 def _knots(values: np.ndarray, max_knots: int = 6) -> tuple[float, ...]:
@@ -128,6 +133,8 @@ def _design(spec: _Spec, feats: dict[str, np.ndarray], n: int) -> np.ndarray:
     X = np.column_stack(cols)
     if spec.grid is not None:
         X = np.hstack([X, _pwl_basis(spec.knots, feats[spec.grid])])
+    if spec.row_knots:
+        X = np.hstack([X, _pwl_basis(spec.row_knots, feats["decode_rows"])])
     return X
 
 
@@ -179,17 +186,26 @@ def _specs(kind: str, feats: dict[str, np.ndarray]) -> list[_Spec]:
                 for knots in dict.fromkeys(_knots(feats[g], n) for n in _KNOT_COUNTS):
                     if knots:
                         out.append(_Spec(combo, g, knots))
+    if kind in ROWS_GRID_KINDS and "decode_rows" in feats:
+        row_knots = _knots(feats["decode_rows"], max(_KNOT_COUNTS))
+        if row_knots:
+            out += [_Spec(sp.features, sp.grid, sp.knots, row_knots) for sp in list(out)
+                    if "decode_rows" not in sp.features and sp.grid != "decode_rows"]
     return out
 
 
 def _stage_fit(spec: _Spec, beta: np.ndarray) -> StageFit:
     k = len(spec.features)
-    grid = None
+    g = 1 + k + max(0, len(spec.knots) - 1)  # where the rows grid's values start
+    grid = rows_grid = None
     if spec.grid is not None:
         grid = GridTerm(feature=spec.grid, points=list(spec.knots),
-                        values_s=[0.0, *(float(v) for v in beta[1 + k:])])
+                        values_s=[0.0, *(float(v) for v in beta[1 + k:g])])
+    if spec.row_knots:
+        rows_grid = GridTerm(feature="decode_rows", points=list(spec.row_knots),
+                             values_s=[0.0, *(float(v) for v in beta[g:])])
     return StageFit(features=list(spec.features), coef=[float(c) for c in beta[1:1 + k]],
-                    intercept_s=float(beta[0]), grid=grid)
+                    intercept_s=float(beta[0]), grid=grid, rows_grid=rows_grid)
 
 
 def fit_stage(kind: str, samples: Sequence[Sample], *, folds: int = 5,

@@ -141,6 +141,10 @@ class StageFit(BaseModel):
     coef: list[float]
     intercept_s: float
     grid: GridTerm | None = None
+    # A second piecewise-linear term in the decode rows, beside a context grid: on a CPU one
+    # decode row runs matrix-vector kernels and two or more run matrix-matrix ones, so time
+    # jumps from 1 to 2 rows and then grows slowly, which no linear row term follows.
+    rows_grid: GridTerm | None = None
 
     @field_validator("features")
     @classmethod
@@ -156,13 +160,17 @@ class StageFit(BaseModel):
             raise ValueError(
                 f"{len(self.coef)} coefficients for {len(self.features)} features"
             )
+        if self.rows_grid is not None and self.rows_grid.feature != "decode_rows":
+            raise ValueError(f"rows_grid: must be over decode_rows, not "
+                             f"{self.rows_grid.feature!r}")
         return self
 
     def predict(self, f: dict[str, float]) -> float:
         """Seconds for feature vector ``f`` (clamped at 0)."""
         t = self.intercept_s + sum(c * f[n] for n, c in zip(self.features, self.coef, strict=True))
-        if self.grid is not None:
-            t += self.grid.value(f[self.grid.feature])
+        for g in (self.grid, self.rows_grid):
+            if g is not None:
+                t += g.value(f[g.feature])
         return max(0.0, t)
 
 
