@@ -132,3 +132,19 @@ def test_bad_exit_profile_flags_are_one_line_errors(
     err = capsys.readouterr().err.strip()
     assert err.count("\n") == 0 and field in err
     assert not out.exists()
+
+
+def test_exit_profile_path_resolves_beside_the_scenario(
+        measured: ExitProfile, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from loopserve.schema import load_scenario
+
+    folder = tmp_path / "scn"
+    folder.mkdir()
+    (folder / "p.exits.json").write_text(exit_profile_json(measured))
+    data = _scenario(None, ["mixed"]).model_dump()
+    data["exit"]["profile"] = "p.exits.json"
+    (folder / "s.yaml").write_text(json.dumps(data))
+    monkeypatch.chdir(tmp_path)  # not the scenario's folder
+    plan = plan_runs(load_scenario(folder / "s.yaml"), "sim")
+    assert plan.exits[0].path == str((folder / "p.exits.json").resolve())
+    assert plan.exits[0].rows is not None and plan.exits[0].rows.startswith("regime ouro@0.5")

@@ -20,7 +20,7 @@ from loopserve.errors import UserError
 from loopserve.schema.scenario import Scenario
 
 # Path-valued fields resolved against the scenario file's folder when not found from the cwd.
-_PATH_FIELDS = (("model",), ("cost", "profile"), ("workload", "path"))
+_PATH_FIELDS = (("model",), ("cost", "profile"), ("exit", "profile"), ("workload", "path"))
 # pydantic's loc names the union member tried last for a sweep value of the wrong type
 _SCALAR_TAGS = ("bool", "int", "float", "str")
 
