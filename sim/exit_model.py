@@ -94,10 +94,10 @@ def profile_signal_fn(seed: int, rows: Sequence[Sequence[float | None]],
     n = len(table)
     if n == 0:
         raise ValueError("exit.profile: the profile holds no rows")
-    mine = dict(own or {})
+    mine = own or {}
 
     def signal(request_id: str, position: int, depth: int) -> float:
-        k = mine.get((request_id, position))
+        k = mine.get((request_id, position)) if mine else None
         v = table[profile_row(seed, n, request_id, position) if k is None else k][depth]
         if v is None:
             raise RuntimeError(f"exit profile: {request_id}@{position} read depth {depth} "

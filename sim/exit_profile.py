@@ -150,8 +150,9 @@ def exit_depth(row: Sequence[float | None], cfg: ExitConfig, num_depths: int) ->
     decider = make_decider(cfg, num_depths, request_key="profile")
     decider.start_token(1)
     for depth in range(num_depths):
-        signal = row[depth] if decider.needs_signal(depth) else None
-        if decider.needs_signal(depth) and signal is None:
+        need = decider.needs_signal(depth)
+        signal = row[depth] if need else None
+        if need and signal is None:
             raise ValueError(f"exit.profile: a regime row read at depth {depth}, past its exit")
         if decider.after_depth(depth + 1, signal):
             return depth + 1

@@ -51,6 +51,13 @@ class RowTable:
     def row(self, i: int) -> Any:
         raise NotImplementedError
 
+    def append(self, r: Any) -> None:
+        raise NotImplementedError
+
+    def extend(self, rows: Iterable[Any]) -> None:
+        for r in rows:
+            self.append(r)
+
     def __getitem__(self, key: Any) -> Any:
         """A row, or a list of them for a slice."""
         if isinstance(key, slice):
@@ -92,8 +99,7 @@ class StepTable(RowTable):
     @staticmethod
     def of(rows: Iterable[StepRecord]) -> StepTable:
         table = StepTable()
-        for r in rows:
-            table.append(r)
+        table.extend(rows)
         return table
 
     def append(self, r: StepRecord) -> None:
@@ -145,7 +151,6 @@ class StepTable(RowTable):
         )
 
 
-
 class TokenTable(RowTable):
     """tokens.csv's rows (``TokenEvent``) as columns; ``request`` holds codes into
     ``request_ids`` and ``finish_reason`` codes into ``reasons`` (-1: None)."""
@@ -176,10 +181,6 @@ class TokenTable(RowTable):
         self.finished.append(1 if e.finished else 0)
         reason = e.finish_reason
         self.finish_reason.append(-1 if reason is None else self.reasons.code(reason))
-
-    def extend(self, events: Iterable[TokenEvent]) -> None:
-        for e in events:
-            self.append(e)
 
     def __len__(self) -> int:
         return len(self.index)

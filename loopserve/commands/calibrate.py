@@ -171,9 +171,7 @@ def summary(result: CalibrationResult) -> str:
         situ = [abs(p - s.seconds) / s.seconds for s in result.in_situ if s.kind == kind
                 if (p := result.predict(s)) is not None]
         feats = "+".join(r.fit.features) or "-"
-        for g in (r.fit.grid, r.fit.rows_grid):
-            if g is not None:
-                feats += f" +grid({g.feature})"
+        feats += "".join(f" +grid({g.feature})" for g in r.fit.grids)
         ho = f"{100 * r.held_out_mape:.1f}%" if r.held_out_mape is not None else "-"
         worst = f"{100 * r.held_out_max_error:.1f}%" if r.held_out_max_error is not None else "-"
         st = f"{100 * float(np.median(situ)):.1f}%" if situ else "-"

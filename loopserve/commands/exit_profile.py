@@ -26,20 +26,17 @@ import argparse
 import json
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from engine.core.config import ExitConfig
 from loopserve.errors import UserError
 from loopserve.outputs.files import atomic_write
+from loopserve.schema.scenario import SIGNAL_EXIT_MODES as SIGNAL_MODES
+from loopserve.schema.scenario import Scenario
 from loopserve.targets.load import check_real
 from sim.cost.resolve import PROFILES_DIR, model_label
 from sim.exit_profile import exit_profile_json
 
-if TYPE_CHECKING:
-    from loopserve.schema.scenario import Scenario
-
 DEFAULT_REGIMES = "ouro@0.5,ouro@0.6,ouro@0.7,ouro@0.8,ouro@0.9"
-SIGNAL_MODES = ("ouro", "ouro_delayed", "random_lookahead")
 
 
 def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -178,8 +175,12 @@ def main(args: argparse.Namespace, argv: list[str]) -> int:
         from loopserve.schema.load import load_scenario
 
         scn = load_scenario(args.scenario, [])
-        model = args.model or scn.model
+    model = args.model if scn is None else args.model or scn.model
+    try:
         shape = model_shape(model)
+    except UserError as err:
+        raise UserError("--model", err.message) from None
+    if scn is not None:
         prompts, counts, sources, source = _scenario_workload(
             scn, args.repeats or scn.repeats, args.independent, shape.vocab_size)
         own = exit_config(scn)
@@ -189,12 +190,6 @@ def main(args: argparse.Namespace, argv: list[str]) -> int:
                             f"{'|'.join(SIGNAL_MODES)}")
         regimes = [own, *(r for r in regimes if r != own)]
         layout = scn.cache.layout
-    else:
-        model = args.model
-        try:
-            shape = model_shape(model)
-        except UserError as err:
-            raise UserError("--model", err.message) from None
     if args.prompts:
         from loopserve.server.tokenizer import load_tokenizer
 

@@ -100,9 +100,8 @@ class CalibratedCost:
         out = {"intercept_s": fit.intercept_s}
         for n, c in zip(fit.features, fit.coef, strict=True):
             out[f"{n}_s"] = c * f[n]
-        for g in (fit.grid, fit.rows_grid):
-            if g is not None:
-                out[f"{g.feature}_grid_s"] = g.value(f[g.feature])
+        for g in fit.grids:
+            out[f"{g.feature}_grid_s"] = g.value(f[g.feature])
         for name, feature, extra in self._extras:
             if f[feature] > 0:
                 out[f"{name}_s"] = extra.predict(f)

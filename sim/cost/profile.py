@@ -165,12 +165,15 @@ class StageFit(BaseModel):
                              f"{self.rows_grid.feature!r}")
         return self
 
+    @property
+    def grids(self) -> list[GridTerm]:
+        """The fit's piecewise-linear terms (the context grid, then the rows grid)."""
+        return [g for g in (self.grid, self.rows_grid) if g is not None]
+
     def predict(self, f: dict[str, float]) -> float:
         """Seconds for feature vector ``f`` (clamped at 0)."""
         t = self.intercept_s + sum(c * f[n] for n, c in zip(self.features, self.coef, strict=True))
-        for g in (self.grid, self.rows_grid):
-            if g is not None:
-                t += g.value(f[g.feature])
+        t += sum(g.value(f[g.feature]) for g in self.grids)
         return max(0.0, t)
 
 
