@@ -158,14 +158,25 @@ class ExitWorld(TypedDict):
     num_tokens: int
 
 
+class RequestNoise(TypedDict):
+    """How far resampling the measured requests alone moves their exit distribution (TV)."""
+
+    num_requests: int
+    tv_p50: float | None
+    tv_p95: float | None
+
+
 class ExitArm(TypedDict):
     sim: ExitWorld
     measured: ExitWorld
     tv_distance: float
+    met: bool  # tv_distance within the section's tv_limit
+    request_noise: RequestNoise
 
 
 class ExitsSection(TypedDict):
     exit_model: dict[str, object]
+    tv_limit: float
     arms: dict[str, ExitArm]
 
 
