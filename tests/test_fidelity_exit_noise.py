@@ -44,3 +44,10 @@ def test_seeded_and_empty() -> None:
     runs: list[Any] = [_run({f"r{i}": [1 + i % 4] * (1 + i) for i in range(12)})]
     assert request_noise(runs, 4) == request_noise(runs, 4)
     assert request_noise([_run({})], 4) == {"num_requests": 0, "tv_p50": None, "tv_p95": None}
+
+
+def test_two_samples_differ_more_than_one_sample_from_its_source() -> None:
+    runs = [_run({f"r{i}": [1 + (i * 7) % 3] * (5 + i % 4) for i in range(40)})]
+    one, two = request_noise(runs, 4), request_noise(runs, 4, two_sample=True)
+    assert one["tv_p50"] is not None and two["tv_p50"] is not None
+    assert one["tv_p50"] < two["tv_p50"] < 2 * one["tv_p50"]

@@ -15,7 +15,9 @@ seeds, once from each exit profile:
 For each it prints the depth fractions and the total-variation distance (TV) to the measured
 exits. It also prints the measured requests' own sampling noise: the TV between the measured
 distribution and bootstrap resamples of its requests (p50 / p95,
-``loopserve.fidelity.exits.request_noise``). Output is one JSON object, and with ``--markdown``
+``loopserve.fidelity.exits.request_noise``), and the TV between two independent resamples:
+what two unbiased samples of that many requests differ by, the reference for a profile of
+other prompts of the same size. Output is one JSON object, and with ``--markdown``
 a table too.
 """
 
@@ -56,6 +58,7 @@ def compare(scenario: str | Path, measured: Path, profiles: list[Path],
         ref, num_depths = _simulate(scenario, measured, th, repeats)
         want = _fractions(ref, num_depths)
         row: dict[str, Any] = {"measured": want, "noise": request_noise(ref, num_depths),
+                               "two_sample": request_noise(ref, num_depths, two_sample=True),
                                "profiles": {}}
         for p in profiles:
             got = _fractions(_simulate(scenario, p, th, repeats)[0], num_depths)
@@ -68,12 +71,14 @@ def compare(scenario: str | Path, measured: Path, profiles: list[Path],
 def markdown(doc: dict[str, Any]) -> str:
     """The result as a markdown table (one row per threshold)."""
     names = list(next(iter(doc["thresholds"].values()))["profiles"])
-    head = ["threshold", "measured (1/2/3/4 loops, %)", "noise p50 / p95", *names]
+    head = ["threshold", "measured (1/2/3/4 loops, %)", "noise p50 / p95",
+            "two samples p50 / p95", *names]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for th, row in doc["thresholds"].items():
         n = row["noise"]
         cells = [th, "/".join(f"{100 * f:.1f}" for f in row["measured"]),
-                 f"{n['tv_p50']:.3f} / {n['tv_p95']:.3f} ({n['num_requests']} requests)"]
+                 f"{n['tv_p50']:.3f} / {n['tv_p95']:.3f} ({n['num_requests']} requests)",
+                 f"{row['two_sample']['tv_p50']:.3f} / {row['two_sample']['tv_p95']:.3f}"]
         cells += [f"{row['profiles'][k]['tv']:.3f}" for k in names]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)

@@ -44,26 +44,45 @@ def _world(runs: list[WorldRun], num_depths: int) -> ExitWorld:
     }
 
 
-def request_noise(runs: list[WorldRun], num_depths: int, draws: int = NOISE_DRAWS,
-                  seed: int = 0) -> RequestNoise:
-    """TV between the runs' exit-depth distribution and ``draws`` bootstrap resamples of
-    their requests (each request's tokens kept together); median and 95th percentile.
-    Seeded, so the same runs give the same numbers."""
+def _per_request(runs: list[WorldRun], num_depths: int) -> np.ndarray:
+    """Exit-depth counts per (run, request): one row each, D columns."""
     counts: dict[tuple[int, str], list[int]] = defaultdict(lambda: [0] * num_depths)
     for key, d in _depths(runs):
         counts[key][d - 1] += 1
-    per_request = np.array(list(counts.values()), dtype=np.float64).reshape(-1, num_depths)
+    return np.array(list(counts.values()), dtype=np.float64).reshape(-1, num_depths)
+
+
+def _resampled(per_request: np.ndarray, rng: np.random.Generator, draws: int) -> np.ndarray:
+    """``draws`` bootstrap resamples of the requests: each one's depth fractions."""
     n = len(per_request)
-    if n == 0 or per_request.sum() == 0:
-        return {"num_requests": n, "tv_p50": None, "tv_p95": None}
-    base = per_request.sum(axis=0) / per_request.sum()
-    picks = np.random.default_rng(seed).integers(0, n, size=(draws, n))
-    weights = np.stack([np.bincount(p, minlength=n) for p in picks])
+    weights = np.stack([np.bincount(p, minlength=n) for p in rng.integers(0, n, (draws, n))])
     resampled = weights @ per_request
-    fractions = resampled / resampled.sum(axis=1, keepdims=True)
-    tvs = 0.5 * np.abs(fractions - base).sum(axis=1)
+    return resampled / resampled.sum(axis=1, keepdims=True)
+
+
+def _summary(n: int, tvs: np.ndarray | None) -> RequestNoise:
+    if tvs is None:
+        return {"num_requests": n, "tv_p50": None, "tv_p95": None}
     p50, p95 = np.percentile(tvs, [50, 95])
     return {"num_requests": n, "tv_p50": round(float(p50), 6), "tv_p95": round(float(p95), 6)}
+
+
+def request_noise(runs: list[WorldRun], num_depths: int, draws: int = NOISE_DRAWS,
+                  seed: int = 0, two_sample: bool = False) -> RequestNoise:
+    """TV between the runs' exit-depth distribution and ``draws`` bootstrap resamples of
+    their requests (each request's tokens kept together); median and 95th percentile.
+    ``two_sample``: the TV between two independent resamples instead, what two unbiased
+    samples of this many requests differ by (the reference for a profile of other prompts
+    of the same size). Seeded, so the same runs give the same numbers."""
+    per_request = _per_request(runs, num_depths)
+    n = len(per_request)
+    if n == 0 or per_request.sum() == 0:
+        return _summary(n, None)
+    rng = np.random.default_rng(seed)
+    first = _resampled(per_request, rng, draws)
+    other = (_resampled(per_request, rng, draws) if two_sample
+             else per_request.sum(axis=0) / per_request.sum())
+    return _summary(n, 0.5 * np.abs(first - other).sum(axis=1))
 
 
 def exit_fidelity(plan: Plan, sim: list[WorldRun], real: list[WorldRun]) -> ExitsSection:
