@@ -120,6 +120,28 @@ def test_a_jump_from_one_to_two_decode_rows_is_captured_by_a_rows_grid() -> None
         assert res.fit.predict(f) == pytest.approx(truth(f), rel=0.02)
 
 
+def test_small_prefill_chunks_costlier_per_token_are_captured_by_a_prompt_tokens_grid() -> None:
+    """A prefill of 16 tokens a depth costs more per token than the big chunks' slope says
+    (a CPU's small matrix products): a linear token term under-prices it; the grid in
+    prompt_tokens follows it."""
+    def truth(f: dict[str, float]) -> float:
+        n = f["prompt_tokens"]
+        return 8e-3 + 2.5e-4 * min(n, 256.0) + 1.2e-4 * max(0.0, n - 256) + 1e-8 * f[
+            "prompt_context"]
+
+    def feats(n: int, p: int) -> dict[str, float]:
+        return _features(prompt_tokens=n, prompt_seqs=1, core_calls=4,
+                         prompt_context=n * (n + p), prompt_kv_tokens=n + p)
+
+    samples = [Sample("prefill", f, truth(f)) for n in (64, 256, 512, 1024, 2048)
+               for p in (0, 256, 1024, 2048) for f in [feats(n, p)]]
+    held = [Sample("prefill", f, truth(f), True) for f in (feats(64, 512), feats(128, 0))]
+    res = fit_stage("prefill", [*samples, *held])
+    assert res is not None and res.fit.grid is not None
+    assert res.fit.grid.feature == "prompt_tokens"
+    assert res.held_out_max_error is not None and res.held_out_max_error < 0.02
+
+
 def test_negative_coefficients_are_never_chosen() -> None:
     rng = random.Random(5)
     samples = [Sample("prompt", _features(prompt_tokens=n, prompt_seqs=1,

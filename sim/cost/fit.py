@@ -38,11 +38,13 @@ CANDIDATES["decode_after_prompt"] = CANDIDATES["decode"]  # the same call, colde
 # The adaptive-exit extras (paired differences, not whole steps; see sim.cost.profile).
 CANDIDATES["signals"] = ("signal_rows",)
 CANDIDATES["finalize"] = ("finalize_copies",)
+# prompt_tokens: on a CPU a small chunk costs more per token than the big chunks' slope
+# says (at 16 tokens a depth, a prefill ran 1.4-1.5x a linear fit's price).
 GRID_CANDIDATES: dict[str, tuple[str, ...]] = {
     "decode": ("decode_padded_context",),
-    "mixed": ("decode_padded_context", "prompt_context"),
-    "prompt": ("prompt_context",),
-    "prefill": ("prompt_context",),
+    "mixed": ("decode_padded_context", "prompt_context", "prompt_tokens"),
+    "prompt": ("prompt_context", "prompt_tokens"),
+    "prefill": ("prompt_context", "prompt_tokens"),
     "prelude": ("rows",),
     "coda": ("rows",),
 }
