@@ -28,11 +28,11 @@ import json
 from pathlib import Path
 from typing import Any
 
-from loopserve.fidelity.exits import EXIT_TV_LIMIT, request_noise
+from loopserve.fidelity.exits import EXIT_TV_LIMIT, depth_fractions, request_noise
 from loopserve.fidelity.world import WorldRun, run_sim
 from loopserve.runs.plan import plan_runs
 from loopserve.schema import load_scenario
-from sim.exit_profile import depth_histogram, tv_distance
+from sim.exit_profile import tv_distance
 
 
 def _simulate(scenario: str | Path, profile: Path, threshold: float, repeats: int
@@ -44,8 +44,7 @@ def _simulate(scenario: str | Path, profile: Path, threshold: float, repeats: in
 
 
 def _fractions(runs: list[WorldRun], num_depths: int) -> list[float]:
-    depths = [t.exit_depth for r in runs for t in r.records.tokens if t.index > 0]
-    return [round(f, 4) for f in depth_histogram(depths, num_depths)]
+    return [round(f, 4) for f in depth_fractions(runs, num_depths)]
 
 
 def compare(scenario: str | Path, measured: Path, profiles: list[Path],

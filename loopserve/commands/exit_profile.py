@@ -57,8 +57,9 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     p.add_argument("--out", help="output .json (default results/profiles/<hw>-<model>.exits.json)")
     p.add_argument("--prompts", help="ShareGPT-format JSON or a text file (one prompt a line)")
     p.add_argument("--num-prompts", type=int, default=96, help="prompts to run (default 96: a "
-                   "request's tokens exit alike, so the prompts are the sample size; 24 left a "
-                   "TV of up to 0.15 between draws, docs/exit-profiles.md)")
+                   "request's tokens exit alike, so the prompts are the sample size; with 24, "
+                   "resampling them moved the exit mix by TV 0.10-0.16 at p95, "
+                   "docs/exit-profiles.md)")
     p.add_argument("--max-tokens", type=int, default=48, help="output tokens each (default 48)")
     p.add_argument("--seed", type=int, help="weights and prompt seed (default 0; with "
                    "--scenario the scenario's)")
