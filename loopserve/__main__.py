@@ -8,12 +8,14 @@ import sys
 from loopserve.runs import interrupts
 
 try:
+    # immediate from here on: no gap before the command's own handlers (cli.main) are set
     with interrupts.immediate():
-        from loopserve.cli import main
+        with interrupts.importing():  # held until the imports end (see interrupts.importing)
+            from loopserve.cli import main
+        status = main()
 except interrupts.Interrupted as sig:
     print(f"loopserve: interrupted by {sig}; nothing written", file=sys.stderr)
     sys.exit(sig.exit_status)
-status = main()
 for s in interrupts.SIGNALS:
     signal.signal(s, signal.SIG_IGN)
 sys.exit(status)

@@ -28,6 +28,7 @@ from loopserve.calibrate.result import CalibrationResult
 from loopserve.errors import UserError
 from loopserve.outputs import env_info
 from loopserve.outputs.files import atomic_write_all, staged_dir, write_json
+from loopserve.runs import interrupts
 from loopserve.targets.load import check_real
 from sim.cost.features import FEATURE_NAMES
 from sim.cost.fit import Sample
@@ -94,8 +95,9 @@ def main(args: argparse.Namespace, argv: list[str]) -> int:
         raise UserError("--out", f"{out} is a folder; name a .json file or a new folder")
     check_real(args.target)
     # Lazy: the backends and the calibration load torch, which only this command needs.
-    from kernels.attention import get_backend, resolve_backend
-    from loopserve.calibrate.job import calibrate
+    with interrupts.importing():
+        from kernels.attention import get_backend, resolve_backend
+        from loopserve.calibrate.job import calibrate
 
     backend = resolve_backend(args.attention_backend, args.target)  # auto: what will run
 

@@ -30,6 +30,7 @@ from pathlib import Path
 from engine.core.config import ExitConfig
 from loopserve.errors import UserError
 from loopserve.outputs.files import atomic_write
+from loopserve.runs import interrupts
 from loopserve.schema.scenario import SIGNAL_EXIT_MODES as SIGNAL_MODES
 from loopserve.schema.scenario import Scenario
 from loopserve.targets.load import check_real
@@ -170,8 +171,9 @@ def main(args: argparse.Namespace, argv: list[str]) -> int:
     regimes = parse_regimes(args.regimes or ("none" if args.scenario else DEFAULT_REGIMES),
                             args.lookahead_seed)
     check_real(args.target)
-    from loopserve.calibrate.exits import generated_prompts, hardware_of, measure_exit_profile
-    from loopserve.schema.build import exit_config, model_shape
+    with interrupts.importing():
+        from loopserve.calibrate.exits import generated_prompts, hardware_of, measure_exit_profile
+        from loopserve.schema.build import exit_config, model_shape
 
     layout, counts, scn, sources = "last_exited", None, None, None
     if args.scenario is not None:

@@ -91,8 +91,9 @@ def main(args: argparse.Namespace, argv: list[str]) -> int:
     prof = check_profile(args.profile, scn, args.target)
     check_real(args.target)
     # Lazy: the measured world loads torch, which only a fidelity run (not the CLI) needs.
-    from loopserve.calibrate.job import gpu_hardware
-    from loopserve.fidelity.measured import run_real
+    with interrupts.importing():
+        from loopserve.calibrate.job import gpu_hardware
+        from loopserve.fidelity.measured import run_real
 
     here = gpu_hardware() if args.target == "cuda" else None
     if here is not None and here != prof.hardware:

@@ -6,6 +6,9 @@ simulator can abort the process (issue 13). While files are written (``immediate
 signal raises at once, so the staging folder is removed on the way out. A second signal
 during deferred work ends the process at once (``os._exit``, nothing having been written
 yet, and no exception raised inside compiled code), or raises where ``hard_exit`` is off.
+While a heavy module loads (``importing``) a signal is held and delivered when the import
+ends: an exception raised in a handler inside a C extension's initialisation (numpy's, under
+pandas or torch) comes out as an ImportError, not as the signal.
 """
 
 from __future__ import annotations
@@ -106,3 +109,22 @@ def immediate() -> Iterator[None]:
     with _handlers(_raise):
         check()
         yield
+
+
+@contextmanager
+def importing() -> Iterator[None]:
+    """Hold SIGINT / SIGTERM while the block imports modules, then deliver the first one held
+    to the handlers that were there before (``immediate`` raises, ``deferred`` sets its flag,
+    the default ends the process). Outside the main thread it holds nothing."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    held: list[int] = []
+
+    def hold(signum: int, frame: FrameType | None) -> None:
+        held.append(signum)
+
+    with _handlers(hold):
+        yield
+    if held:
+        signal.raise_signal(held[0])

@@ -68,7 +68,8 @@ class RayOptions:
 def require_ray(flag: str) -> ModuleType:
     """The ``ray`` module, or a UserError naming ``flag`` and how to install it."""
     try:
-        import ray
+        with interrupts.importing():
+            import ray
     except ImportError:
         raise UserError(flag, f"needs Ray, which is not installed: {INSTALL_HINT} "
                         "(or drop the flag to run the sweep in this process)") from None

@@ -7,6 +7,7 @@ from __future__ import annotations
 from types import ModuleType
 
 from loopserve.errors import UserError
+from loopserve.runs import interrupts
 from loopserve.schema.scenario import Scenario
 from loopserve.targets.base import Target
 
@@ -14,7 +15,8 @@ from loopserve.targets.base import Target
 def _real() -> ModuleType:
     try:
         # Lazy: torch loads only when a real target (cpu | cuda) is asked for.
-        from loopserve.targets import real
+        with interrupts.importing():
+            from loopserve.targets import real
     except ImportError as err:
         raise UserError(
             "--target", f"the real engine is not available ({err}); use --target sim"
