@@ -5,14 +5,14 @@
 and prompt hidden states present in the runner's pools), so ``runner.execute(batch)`` runs
 exactly as in serving and can be repeated. Only ``execute`` is timed: CUDA events around it
 then a synchronize on CUDA, ``perf_counter`` on CPU (samples the OS interrupted are dropped).
-Shapes are measured in rounds, each in a fresh seeded order, so a burst of machine noise
-spreads over many shapes instead of all repeats of one; the median per shape is kept.
-``probe_shapes`` are fixed reference steps whose times, stored in the profile, show later how
-far the machine has drifted since calibration.
+Shapes are measured in rounds, each in a fresh seeded order (noise spreads over many
+shapes), each visit warmed up first; the median per shape is kept. ``probe_shapes`` are
+fixed reference steps whose stored times show later how far the machine has drifted.
 """
 
 from __future__ import annotations
 
+import functools
 import itertools
 import math
 import random
@@ -33,6 +33,9 @@ from engine.runner import ModelRunner
 from sim.cost.fit import contended
 from sim.cost.shape_grid import DecodeRow, PromptChunk, Shape, probe_shapes
 
+# Untimed runs before a timed one: at most this many, none more after this long in all.
+WARMUP_RUNS = 4
+WARMUP_S = 0.005
 _STAGES = {"prelude": Stage.PRELUDE, "coda": Stage.CODA, "prefill": Stage.PREFILL}
 
 
@@ -225,14 +228,16 @@ def measure_shapes(
 ) -> list[Measured]:
     """Rounds over ``shapes`` until each has ``repeats`` clean samples.
 
-    Each visit builds the batch (not timed), executes it once untimed and then times a second
-    execution: in serving, consecutive core calls are alike, so weights and the batch's own
-    KV are warm (timing the first execution after an unrelated shape reads about 5% slow
-    against the real loop). CODA is timed after its rows' last-depth decode, PRELUDE after
-    their CODA, as in serving. Requests are freed right after, so the rig's KV only needs to hold the
-    largest shape. Each round visits the shapes still short of clean samples in a new seeded
-    order, so a burst of machine noise spreads over many shapes. Rounds stop at
-    ``2 x repeats`` or when ``max_seconds`` would be exceeded (one round always completes);
+    Each visit runs the shape (after its predecessor: CODA after its rows' last-depth
+    decode, PRELUDE after their CODA, as in serving) untimed a few times, then times it
+    (``_warm_up``). In serving consecutive steps are alike, so weights, the batch's KV and
+    the host's caches are warm; after an unrelated shape one warm-up run is not enough (on a
+    2-core CPU a 1-row CODA then read 1.7x, a PRELUDE 1.6x and a decode call 1.05-1.15x
+    their time among like steps, and the real loop ran at 0.72x, 0.68x, 0.84x of a profile
+    measured so). Requests are freed after each visit, so the rig's KV holds the largest
+    shape. Each round visits the shapes still short of clean samples in a new seeded
+    order. Rounds stop at ``2 x repeats`` or when ``max_seconds`` would be exceeded (one
+    round always completes);
     a shape with no clean sample falls back to its contended ones.
     """
     timer = StepTimer(rig.runner.device)
@@ -254,14 +259,13 @@ def measure_shapes(
             t_round = time.perf_counter()
             for i in todo:
                 before = _predecessor(shapes[i], rig.num_depths)
-                if before is not None:
-                    prev, prev_live = rig.build(before)
-                    rig.runner.execute(prev)
-                    rig.release(prev_live)
+                if before is not None:  # the pools hold one of the two at a time
+                    _warm_up(functools.partial(_visit, rig, before, shapes[i]))
+                    _visit(rig, before)
                 batch, live = rig.build(shapes[i])
                 try:
                     if before is None:
-                        rig.runner.execute(batch)
+                        _warm_up(functools.partial(rig.runner.execute, batch))
                     dt, clean = timer(lambda b=batch: rig.runner.execute(b))
                 finally:
                     rig.release(live)
@@ -275,6 +279,22 @@ def measure_shapes(
     finally:
         bar.close()
     return out
+
+
+def _visit(rig: CalibrationRig, *shapes: Shape) -> None:
+    for shape in shapes:
+        batch, live = rig.build(shape)
+        rig.runner.execute(batch)
+        rig.release(live)
+
+
+def _warm_up(run: Callable[[], object]) -> None:
+    """``run()`` untimed, at least once, at most WARMUP_RUNS times or WARMUP_S in all."""
+    started = time.perf_counter()
+    for _ in range(WARMUP_RUNS):
+        run()
+        if time.perf_counter() - started >= WARMUP_S:
+            break
 
 
 def time_probes(rig: CalibrationRig, repeats: int = 9) -> dict[str, float]:
