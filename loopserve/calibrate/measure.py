@@ -228,16 +228,12 @@ def measure_shapes(
 ) -> list[Measured]:
     """Rounds over ``shapes`` until each has ``repeats`` clean samples.
 
-    Each visit runs the shape (after its predecessor: CODA after its rows' last-depth
-    decode, PRELUDE after their CODA, as in serving) untimed a few times, then times it
-    (``_warm_up``). In serving consecutive steps are alike, so weights, the batch's KV and
-    the host's caches are warm; after an unrelated shape one warm-up run is not enough (on a
-    2-core CPU a 1-row CODA then read 1.7x, a PRELUDE 1.6x and a decode call 1.05-1.15x
-    their time among like steps, and the real loop ran at 0.72x, 0.68x, 0.84x of a profile
-    measured so). Requests are freed after each visit, so the rig's KV holds the largest
-    shape. Each round visits the shapes still short of clean samples in a new seeded
-    order. Rounds stop at ``2 x repeats`` or when ``max_seconds`` would be exceeded (one
-    round always completes);
+    Each visit runs the shape untimed a few times (after its predecessor: CODA after its
+    rows' last-depth decode, PRELUDE after their CODA), then times it. Serving's steps are
+    warm; one warm-up after an unrelated shape was not (a 1-row CODA read 1.7x, PRELUDE
+    1.6x, decode 1.05-1.15x its time among like steps). Requests are freed after each
+    visit. Each round visits the shapes short of samples in a new seeded order, and rounds
+    stop at ``2 x repeats`` or before exceeding ``max_seconds`` (one round always runs);
     a shape with no clean sample falls back to its contended ones.
     """
     timer = StepTimer(rig.runner.device)
