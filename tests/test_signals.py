@@ -4,6 +4,7 @@ removed by the next run into the same parent."""
 
 from __future__ import annotations
 
+import importlib
 import os
 import signal
 import subprocess
@@ -102,36 +103,39 @@ def test_a_partial_folder_of_a_killed_process_is_removed(
     assert sorted(p.name for p in tmp_path.iterdir()) == ["out"]
 
 
+def _import_signalling(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, signum: int) -> bool:
+    """Import a module that sends itself ``signum`` half-way through its own import; whether
+    the import ran to its end."""
+    name = f"module_sending_{signal.Signals(signum).name.lower()}"
+    (tmp_path / f"{name}.py").write_text(
+        f"import os, signal\nos.kill(os.getpid(), {int(signum)})\nloaded = True\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    return bool(importlib.import_module(name).loaded)
+
 
 def test_a_signal_during_an_import_is_held_until_the_import_ends(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    # The module signals itself half-way through its own import: held, it finishes loading
-    # and the signal is raised after the block. Unheld, the exception cuts the import in two
-    # (inside a C extension's init it comes out as an ImportError: the CI failure of stop 21).
-    (tmp_path / "heavy_mod_for_signal_test.py").write_text(
-        "import os, signal\nos.kill(os.getpid(), signal.SIGTERM)\nloaded = True\n")
-    monkeypatch.syspath_prepend(str(tmp_path))
+    # Held, the module finishes loading and the signal is raised after the block. Unheld, the
+    # exception cuts the import in two (inside a C extension's init it comes out as an
+    # ImportError: the CI failure of stop 21).
     reached = []
     with pytest.raises(interrupts.Interrupted) as sig:
         with interrupts.immediate():
             with interrupts.importing():
-                import heavy_mod_for_signal_test
-                reached.append(heavy_mod_for_signal_test.loaded)
+                reached.append(_import_signalling(tmp_path, monkeypatch, signal.SIGTERM))
     assert reached == [True] and sig.value.exit_status == 143
 
 
 def test_a_signal_held_by_an_import_inside_deferred_work_only_sets_the_flag(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    (tmp_path / "heavy_mod_for_deferred_test.py").write_text(
-        "import os, signal\nos.kill(os.getpid(), signal.SIGINT)\nloaded = True\n")
-    monkeypatch.syspath_prepend(str(tmp_path))
+    # the held signal is delivered to deferred's handler: dropped, nothing would raise
     after = []
     with pytest.raises(interrupts.Interrupted) as sig:
         with interrupts.deferred():
             with interrupts.importing():
-                import heavy_mod_for_deferred_test  # noqa: F401
+                _import_signalling(tmp_path, monkeypatch, signal.SIGINT)
             after.append("the deferred work went on")
     assert after == ["the deferred work went on"] and sig.value.exit_status == 130
 
