@@ -50,7 +50,8 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
                    help=f"measuring time budget, model build excluded (default "
                    f"{DEFAULT_MAX_SECONDS:g}); repeats are cut to fit")
     p.add_argument("--repeats", default=str(DEFAULT_REPEATS),
-                   help=f"timed repeats per shape, after one warm-up (default {DEFAULT_REPEATS})")
+                   help=f"timed repeats per shape, each after untimed warm-up runs "
+                        f"(default {DEFAULT_REPEATS})")
     p.add_argument("--quick", action="store_true", help="a small grid (tests, dry runs)")
     p.add_argument("--threads", default="1",
                    help="CPU only: torch intra-op threads (default 1: steadier on shared "
