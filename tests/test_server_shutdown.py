@@ -1,4 +1,4 @@
-"""SIGTERM on a `loopserve serve` subprocess: it stops accepting, lets a short in-flight stream
+"""SIGTERM or SIGINT (Ctrl-C) on a `loopserve serve` subprocess: it stops accepting, lets a short in-flight stream
 finish, aborts the one still running after the grace period, exits 0, and leaves no process
 or bound port behind."""
 
@@ -16,6 +16,7 @@ import time
 from pathlib import Path
 
 import httpx2
+import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -52,7 +53,8 @@ def _children(pid: int) -> list[int]:
     return kids
 
 
-def test_sigterm_drains_then_exits_zero() -> None:
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
+def test_a_signal_drains_then_exits_zero(sig: signal.Signals) -> None:
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     proc = subprocess.Popen(
         [sys.executable, "-m", "loopserve", "serve", "--model", "tiny", "--port", "0",
@@ -74,13 +76,13 @@ def test_sigterm_drains_then_exits_zero() -> None:
         assert events[0].wait(30)
         threads[1].start()
         assert events[1].wait(30)
-        proc.send_signal(signal.SIGTERM)
+        proc.send_signal(sig)
         t0 = time.monotonic()
         assert proc.wait(timeout=30) == 0, proc.stderr.read() if proc.stderr else ""
         took = time.monotonic() - t0
         for t in threads:
             t.join(30)
-        # in flight at SIGTERM, finished within the grace period
+        # in flight at the signal, finished within the grace period
         assert short == {"tokens": 20, "done": True, "error": None}
         # still running when the grace period ended: aborted, the stream closed properly
         assert long_["tokens"] < 1000 and long_["done"]
@@ -88,6 +90,7 @@ def test_sigterm_drains_then_exits_zero() -> None:
         assert 3 <= took < 15
         stderr = proc.stderr.read() if proc.stderr else ""
         assert "Traceback" not in stderr, stderr
+        assert "interrupted" not in stderr, stderr
         with socket.socket() as s:  # nothing listens on the port (TIME_WAIT pairs may remain)
             s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
             s.bind(("127.0.0.1", port))

@@ -160,9 +160,11 @@ def serve(service: Service, host: str, port: int, *, shutdown_timeout_s: float =
     then are aborted. Returns 0 after a signal-initiated shutdown."""
     sock = bind(host, port)
     server = make_server(service, shutdown_timeout_s=shutdown_timeout_s, announce=True)
-    # uvicorn re-raises the signal it handled once it has shut down; with this handler in
-    # place the re-raised SIGTERM is a no-op and the process exits 0.
-    signal.signal(signal.SIGTERM, lambda *_: None)
+    # uvicorn re-raises the signal it handled once it has shut down; with these handlers in
+    # place the re-raised SIGTERM or SIGINT (Ctrl-C) is a no-op and the process exits 0: a
+    # drained server has nothing to report as interrupted.
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: None)
     # What exists now lives as long as the server: keep it out of the collector's work, so a
     # full collection cannot land mid-step (see engine/realtime.py, run_realtime).
     gc.collect()
