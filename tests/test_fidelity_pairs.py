@@ -37,20 +37,26 @@ def test_the_fixed_twin_runs_every_loop_and_the_adaptive_run_exits_early(tmp_pat
 
 def test_medians_are_taken_over_rounds_of_each_difference(
         monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    errors = iter([0.10, 0.30, 0.05, 0.06, 0.20, 0.10])  # fixed, adaptive per round
+    errors = iter([0.10, 0.30, 0.06, 0.05, 0.20, 0.10])  # in the order the runs are made
+    order: list[bool] = []
 
     def fake(scenario: str, profile: str, target: str, repeats: int, out: Path,
              fixed: bool) -> dict[str, Any]:
         e = next(errors)
+        order.append(fixed)
         return {"arms": {"atomic": {m: {"rel_error": e} for m in fidelity_pairs.METRICS}},
+                "step_errors": {"by_kind": {"decode": {"measured_s": 1 + e, "predicted_s": 1.0}}},
                 "machine": {"slowdown_vs_calibration": None}}
 
     monkeypatch.setattr(fidelity_pairs, "_fidelity", fake)
     doc = fidelity_pairs.run_pairs(["s.yaml"], "p.json", "cpu", rounds=3, repeats=1,
                                    out=tmp_path)
+    assert order == [True, False, False, True, True, False]  # round 1 runs adaptive first
     row = doc["median"]["s.yaml"]["atomic"]["ttft_p50_ms"]
     assert row["fixed"] == pytest.approx(0.10)        # median of 0.10, 0.05, 0.20
     assert row["adaptive"] == pytest.approx(0.10)     # median of 0.30, 0.06, 0.10
     assert row["adaptive_minus_fixed"] == pytest.approx(0.01)  # of +0.20, +0.01, -0.10
     assert "| s | atomic | ttft_p50_ms | +10.0% | +10.0% | +1.0 pp |" in \
         fidelity_pairs.markdown(doc)
+    assert doc["median"]["s.yaml"]["step_ratio"]["decode"] == {
+        "fixed": pytest.approx(1.10), "adaptive": pytest.approx(1.10)}

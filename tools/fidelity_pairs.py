@@ -1,18 +1,20 @@
 """What adaptive exits add to the simulator's timing error, read apart from the machine's drift.
 
-``python -m tools.fidelity_pairs SCENARIO... --profile P --target cpu [--rounds 3]
+``python -m tools.fidelity_pairs SCENARIO... --profile P --target cpu [--rounds 4]
 [--repeats 3] --out DIR`` runs ``loopserve fidelity`` on each adaptive-exit SCENARIO and on
 its fixed-exit twin (the same scenario with ``exit.mode=fixed``: the same workload, scheduler
-and calibration, every token through all loops), alternating twin and scenario, round after
-round. On a shared machine the speed moves by 10-20% within minutes, and that shifts every
-error of a run alike; a fixed-exit run next to the adaptive one sees the same machine. So
+and calibration, every token through all loops), one pair after the other, round after round
+(fixed first in even rounds, adaptive first in odd ones). On a shared machine the speed
+moves by 10-20% within minutes, and that shifts every error of a run alike; a fixed-exit run
+next to the adaptive one sees nearly the same machine. So
 the number to read is the difference, adaptive error minus fixed error, per arm and metric:
 what the exit model adds. Issue 17's target is that the adaptive errors stay within the
 same 10% the fixed-exit runs reach.
 
 Each run's folder stays under DIR (``ROUND-NAME-fixed``, ``ROUND-NAME-adaptive``);
-``pairs.json`` holds every error and the medians over rounds, and the markdown table goes to
-stdout.
+``pairs.json`` holds every error and the medians over rounds, and the markdown tables go to
+stdout: the errors, and per step kind measured / predicted time in each twin (prompt steps do
+the same work in both, so where those differ the machine differed).
 """
 
 from __future__ import annotations
@@ -42,9 +44,14 @@ def _fidelity(scenario: str, profile: str, target: str, repeats: int, out: Path,
 
 
 def _errors(doc: dict[str, Any]) -> dict[str, Any]:
-    """Per arm and metric the relative error, and the probes' slowdown vs calibration."""
+    """Per arm and metric the relative error; per step kind measured / predicted time (the
+    prompt kinds do the same work in both twins, so they gauge the machine during the run);
+    the probes' slowdown vs calibration."""
     arms = {arm: {m: row[m]["rel_error"] for m in METRICS} for arm, row in doc["arms"].items()}
-    return {"arms": arms, "slowdown": doc["machine"]["slowdown_vs_calibration"]}
+    ratio = {k: v["measured_s"] / v["predicted_s"]
+             for k, v in doc["step_errors"]["by_kind"].items() if v["predicted_s"]}
+    return {"arms": arms, "step_ratio": ratio,
+            "slowdown": doc["machine"]["slowdown_vs_calibration"]}
 
 
 def run_pairs(scenarios: list[str], profile: str, target: str, rounds: int, repeats: int,
@@ -54,9 +61,12 @@ def run_pairs(scenarios: list[str], profile: str, target: str, rounds: int, repe
     for k in range(rounds):
         for s in scenarios:
             name = Path(s).stem
+            # fixed first in even rounds, adaptive first in odd ones: an order effect (the
+            # machine warming or cooling over a pair) cancels over an even number of rounds
+            order = KINDS if k % 2 == 0 else KINDS[::-1]
             pair = {kind: _errors(_fidelity(s, profile, target, repeats,
                                             out / f"{k}-{name}-{kind}", kind == "fixed"))
-                    for kind in KINDS}
+                    for kind in order}
             runs[s].append(pair)
             print(f"round {k} {name}: done", file=sys.stderr)
     summary: dict[str, Any] = {}
@@ -68,6 +78,9 @@ def run_pairs(scenarios: list[str], profile: str, target: str, rounds: int, repe
             "adaptive_minus_fixed": median(p["adaptive"]["arms"][arm][m]
                                            - p["fixed"]["arms"][arm][m] for p in pairs),
         } for m in METRICS} for arm in arms}
+        kinds = sorted(set(pairs[0]["fixed"]["step_ratio"]) & set(pairs[0]["adaptive"]["step_ratio"]))
+        summary[s]["step_ratio"] = {k: {kind: median(p[kind]["step_ratio"][k] for p in pairs)
+                                        for kind in KINDS} for k in kinds}
     return {"profile": profile, "target": target, "rounds": rounds, "repeats": repeats,
             "runs": runs, "median": summary}
 
@@ -78,10 +91,17 @@ def markdown(doc: dict[str, Any]) -> str:
              "|---|---|---|---|---|---|"]
     for s, arms in doc["median"].items():
         for arm, metrics in arms.items():
+            if arm == "step_ratio":
+                continue
             for m, v in metrics.items():
                 lines.append(f"| {Path(s).stem} | {arm} | {m} | {100 * v['fixed']:+.1f}% | "
                              f"{100 * v['adaptive']:+.1f}% | "
                              f"{100 * v['adaptive_minus_fixed']:+.1f} pp |")
+    lines += ["", "| scenario | step kind | measured / predicted, fixed | adaptive |",
+              "|---|---|---|---|"]
+    for s, arms in doc["median"].items():
+        for k, v in arms["step_ratio"].items():
+            lines.append(f"| {Path(s).stem} | {k} | x{v['fixed']:.3f} | x{v['adaptive']:.3f} |")
     return "\n".join(lines)
 
 
@@ -90,7 +110,7 @@ def main() -> None:
     ap.add_argument("scenario", nargs="+", help="adaptive-exit scenario YAML files")
     ap.add_argument("--profile", required=True, help="calibrated cost profile JSON")
     ap.add_argument("--target", default="cpu", help="cpu | cuda")
-    ap.add_argument("--rounds", type=int, default=3, help="fixed/adaptive pairs per scenario")
+    ap.add_argument("--rounds", type=int, default=4, help="fixed/adaptive pairs per scenario")
     ap.add_argument("--repeats", type=int, default=3, help="fidelity repeats per run")
     ap.add_argument("--out", type=Path, required=True, help="new folder for the runs")
     args = ap.parse_args()
