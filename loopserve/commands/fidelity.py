@@ -32,6 +32,7 @@ from loopserve.fidelity.doc import FidelityDoc, MetricError
 from loopserve.fidelity.drift import drift_lines
 from loopserve.fidelity.exits import exit_lines
 from loopserve.fidelity.report import write_fidelity_report
+from loopserve.fidelity.speed import at_run_speed, speed_lines
 from loopserve.fidelity.tail import tail_lines
 from loopserve.fidelity.targets import target_lines
 from loopserve.fidelity.world import WorldRun, run_sim
@@ -113,12 +114,13 @@ def main(args: argparse.Namespace, argv: list[str]) -> int:
     progress = not args.no_progress
     # The measured world first, in a process not yet holding the simulator's records.
     real_world = run_real(real_plan, prof, progress=progress)
-    with interrupts.deferred():  # the compiled simulator must not see a signal's exception
-        sim_runs = run_sim(sim_plan, progress=progress)
     real_runs = real_world.runs
     cost = next(iter(sim_plan.costs.values()))
     assert isinstance(cost, CalibratedCost)  # the plan's cost is the profile's
-    result = compare(sim_plan, sim_runs, real_world, cost, prof, allocator)
+    with interrupts.deferred():  # the compiled simulator must not see a signal's exception
+        sim_runs = run_sim(sim_plan, progress=progress)
+        at_speed = at_run_speed(sim_plan, real_runs, cost)
+    result = compare(sim_plan, sim_runs, real_world, cost, prof, allocator, at_speed)
     with files.staged_dir(dest) as tmp:
         files.write_json(tmp / "fidelity.json", result)
         files.write_scenario(tmp / "scenario.yaml", cal)
@@ -181,6 +183,7 @@ def _table(result: FidelityDoc) -> str:
     if slow:
         lines.append("machine now vs at calibration (probe steps): " + ", ".join(
             f"{k} x{v:.2f}" for k, v in slow.items()))
+    lines.extend(speed_lines(result["at_run_speed"]))
     lines.extend(exit_lines(result["exits"]))
     lines.extend(drift_lines(result["drift"]))
     lines.extend(tail_lines(result["tail"]))

@@ -13,6 +13,7 @@ import numpy as np
 from loopserve.fidelity.batches import batch_comparison
 from loopserve.fidelity.doc import (
     ArmErrors,
+    AtRunSpeed,
     ErrorStats,
     FastestErrors,
     FidelityDoc,
@@ -73,7 +74,8 @@ def _row(sim: list[WorldRun], measured: dict[str, float | None]) -> ArmErrors:
     return row
 
 
-def _arms(plan: Plan, sim: list[WorldRun], real: list[WorldRun]) -> dict[str, ArmErrors]:
+def arm_errors(plan: Plan, sim: list[WorldRun], real: list[WorldRun]) -> dict[str, ArmErrors]:
+    """Per arm at the reference point: each metric's sim median against the measured median."""
     return {arm: _row(_at_ref(plan, sim, arm), {
         name: _median([metric(r.metrics, key, sub) for r in _at_ref(plan, real, arm)])
         for name, (key, sub) in METRICS.items()}) for arm in plan.scenario.arms}
@@ -134,9 +136,11 @@ def _by(groups: list[str], pred: list[float], meas: list[float]) -> dict[str, Er
 
 
 def compare(plan: Plan, sim: list[WorldRun], world: RealWorld, cost: CalibratedCost,
-            profile: Profile, allocator: str | None) -> FidelityDoc:
+            profile: Profile, allocator: str | None,
+            at_speed: AtRunSpeed | None = None) -> FidelityDoc:
     """The fidelity.json document; ``allocator`` is what the measured runs' allocator was set
-    to (beside the calibration's own)."""
+    to (beside the calibration's own); ``at_speed`` the ``loopserve.fidelity.speed`` section
+    (None: not run)."""
     real = world.runs
     for r in real:
         r.predict(cost)
@@ -165,7 +169,7 @@ def compare(plan: Plan, sim: list[WorldRun], world: RealWorld, cost: CalibratedC
         "measured_s": _median([r.records.steps[-1].end_s if r.records.steps else None
                                for r in real]),
     }
-    arms = _arms(plan, sim, real)
+    arms = arm_errors(plan, sim, real)
     fastest = _vs_fastest(plan, sim, real)
     batches = batch_comparison(plan, sim, real)
     drift_section = drift(real, cost)
@@ -177,6 +181,7 @@ def compare(plan: Plan, sim: list[WorldRun], world: RealWorld, cost: CalibratedC
         "arms": arms,
         "exits": exit_fidelity(plan, sim, real),
         "vs_fastest_repeat": fastest,
+        "at_run_speed": at_speed,
         "targets": targets(arms, drift_section, machine, fastest),
         "measured_repeat_spread": _repeat_spread(plan, real),
         "same_batches": all(run["same"] for run in batches["runs"]),

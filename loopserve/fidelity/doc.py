@@ -180,6 +180,14 @@ class ExitsSection(TypedDict):
     arms: dict[str, ExitArm]
 
 
+class AtRunSpeed(TypedDict):
+    """The simulation again with the profile scaled to the measured runs' step time
+    (``loopserve.fidelity.speed``): a diagnostic, not a prediction."""
+
+    step_time_ratio: float | None
+    arms: dict[str, ArmErrors] | None
+
+
 class FidelityDoc(TypedDict):
     """The whole fidelity.json document."""
 
@@ -188,6 +196,7 @@ class FidelityDoc(TypedDict):
     arms: dict[str, ArmErrors]
     exits: ExitsSection
     vs_fastest_repeat: dict[str, FastestErrors] | None
+    at_run_speed: AtRunSpeed | None
     targets: TargetsSection
     measured_repeat_spread: dict[str, dict[str, float | None]] | None
     same_batches: bool
