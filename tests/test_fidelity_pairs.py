@@ -45,6 +45,8 @@ def test_medians_are_taken_over_rounds_of_each_difference(
         e = next(errors)
         order.append(fixed)
         return {"arms": {"atomic": {m: {"rel_error": e} for m in fidelity_pairs.METRICS}},
+                "at_run_speed": {"arms": {"atomic": {m: {"rel_error": e / 2}
+                                                     for m in fidelity_pairs.METRICS}}},
                 "step_errors": {"by_kind": {"decode": {"measured_s": 1 + e, "predicted_s": 1.0}}},
                 "machine": {"slowdown_vs_calibration": None}}
 
@@ -56,7 +58,8 @@ def test_medians_are_taken_over_rounds_of_each_difference(
     assert row["fixed"] == pytest.approx(0.10)        # median of 0.10, 0.05, 0.20
     assert row["adaptive"] == pytest.approx(0.10)     # median of 0.30, 0.06, 0.10
     assert row["adaptive_minus_fixed"] == pytest.approx(0.01)  # of +0.20, +0.01, -0.10
-    assert "| s | atomic | ttft_p50_ms | +10.0% | +10.0% | +1.0 pp |" in \
+    assert row["fixed_at_run_speed"] == pytest.approx(0.05)
+    assert "| s | atomic | ttft_p50_ms | +10.0% | +10.0% | +1.0 pp | +5.0% / +5.0% |" in \
         fidelity_pairs.markdown(doc)
     assert doc["median"]["s.yaml"]["step_ratio"]["decode"] == {
         "fixed": pytest.approx(1.10), "adaptive": pytest.approx(1.10)}

@@ -48,9 +48,11 @@ def _errors(doc: dict[str, Any]) -> dict[str, Any]:
     prompt kinds do the same work in both twins, so they gauge the machine during the run);
     the probes' slowdown vs calibration."""
     arms = {arm: {m: row[m]["rel_error"] for m in METRICS} for arm, row in doc["arms"].items()}
+    speed = (doc.get("at_run_speed") or {}).get("arms") or {}
+    at_speed = {arm: {m: row[m]["rel_error"] for m in METRICS} for arm, row in speed.items()}
     ratio = {k: v["measured_s"] / v["predicted_s"]
              for k, v in doc["step_errors"]["by_kind"].items() if v["predicted_s"]}
-    return {"arms": arms, "step_ratio": ratio,
+    return {"arms": arms, "at_run_speed": at_speed or None, "step_ratio": ratio,
             "slowdown": doc["machine"]["slowdown_vs_calibration"]}
 
 
@@ -77,6 +79,9 @@ def run_pairs(scenarios: list[str], profile: str, target: str, rounds: int, repe
             "adaptive": median(p["adaptive"]["arms"][arm][m] for p in pairs),
             "adaptive_minus_fixed": median(p["adaptive"]["arms"][arm][m]
                                            - p["fixed"]["arms"][arm][m] for p in pairs),
+            **({f"{kind}_at_run_speed": median(p[kind]["at_run_speed"][arm][m] for p in pairs)
+                for kind in KINDS} if all(p[k]["at_run_speed"] for p in pairs for k in KINDS)
+               else {}),
         } for m in METRICS} for arm in arms}
         kinds = sorted(set(pairs[0]["fixed"]["step_ratio"]) & set(pairs[0]["adaptive"]["step_ratio"]))
         summary[s]["step_ratio"] = {k: {kind: median(p[kind]["step_ratio"][k] for p in pairs)
@@ -87,8 +92,8 @@ def run_pairs(scenarios: list[str], profile: str, target: str, rounds: int, repe
 
 def markdown(doc: dict[str, Any]) -> str:
     """One row per scenario, arm and metric: medians over rounds, in percent."""
-    lines = ["| scenario | arm | metric | fixed | adaptive | adaptive - fixed |",
-             "|---|---|---|---|---|---|"]
+    lines = ["| scenario | arm | metric | fixed | adaptive | adaptive - fixed | at the runs' "
+             "own speed: fixed / adaptive |", "|---|---|---|---|---|---|---|"]
     for s, arms in doc["median"].items():
         for arm, metrics in arms.items():
             if arm == "step_ratio":
@@ -96,7 +101,10 @@ def markdown(doc: dict[str, Any]) -> str:
             for m, v in metrics.items():
                 lines.append(f"| {Path(s).stem} | {arm} | {m} | {100 * v['fixed']:+.1f}% | "
                              f"{100 * v['adaptive']:+.1f}% | "
-                             f"{100 * v['adaptive_minus_fixed']:+.1f} pp |")
+                             f"{100 * v['adaptive_minus_fixed']:+.1f} pp | "
+                             + (f"{100 * v['fixed_at_run_speed']:+.1f}% / "
+                                f"{100 * v['adaptive_at_run_speed']:+.1f}% |"
+                                if "fixed_at_run_speed" in v else "- |"))
     lines += ["", "| scenario | step kind | measured / predicted, fixed | adaptive |",
               "|---|---|---|---|"]
     for s, arms in doc["median"].items():
