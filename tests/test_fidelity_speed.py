@@ -50,3 +50,12 @@ def test_every_cost_term_scales(result: Path) -> None:  # noqa: F811
     for prev, b in zip([None, *batches], batches, strict=False):
         assert scaled.execute_time(b, prev) == pytest.approx(1.7 * base.execute_time(b, prev))
         assert scaled.gap_time(b) == pytest.approx(1.7 * base.gap_time(b))
+
+
+def test_the_report_shows_the_errors_at_run_speed(result: Path) -> None:  # noqa: F811
+    doc = json.loads((result / "fidelity.json").read_text())
+    html = (result / "report.html").read_text()
+    ratio = doc["at_run_speed"]["step_time_ratio"]
+    assert f"error at the runs' own speed (profile x{ratio:.3f}; diagnostic)" in html
+    err = doc["at_run_speed"]["arms"]["mixed"]["itl_p50_ms"]["rel_error"]
+    assert f"<td>{100 * err:+.1f}%</td></tr>" in html

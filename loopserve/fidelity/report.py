@@ -106,14 +106,20 @@ def _num(x: float | None) -> str:
 
 def _arms_table(result: FidelityDoc) -> str:
     spread = result.get("measured_repeat_spread") or {}
+    speed = result.get("at_run_speed") or {}
+    at_speed = speed.get("arms") or {}
+    ratio = speed.get("step_time_ratio")
     rows = ["<tr><th>arm</th><th>metric</th><th>sim</th><th>measured</th><th>error</th>"
-            "<th>measured spread over repeats</th></tr>"]
+            "<th>measured spread over repeats</th><th>error at the runs' own speed (profile "
+            f"x{'-' if ratio is None else f'{ratio:.3f}'}; diagnostic)</th></tr>"]
     for arm, metrics in result["arms"].items():
         for name, v in metrics.items():
             sp = spread.get(arm, {}).get(name)
+            at = at_speed.get(arm, {}).get(name)
             rows.append(f"<tr><td>{html.escape(arm)}</td><td>{name}</td><td>{_num(v['sim'])}"
                         f"</td><td>{_num(v['measured'])}</td><td>{_pct(v['rel_error'])}</td>"
-                        f"<td>{'-' if sp is None else f'{100 * sp:.1f}%'}</td></tr>")
+                        f"<td>{'-' if sp is None else f'{100 * sp:.1f}%'}</td>"
+                        f"<td>{_pct(None if at is None else at['rel_error'])}</td></tr>")
     return "<table>" + "".join(rows) + "</table>"
 
 
