@@ -4,8 +4,11 @@
 streams and need no signal. ``ouro``, ``ouro_delayed`` and ``random_lookahead`` read one
 signal per decode row and depth. With an exit profile (``sim.exit_profile``) a token's whole
 vector is one measured row (of the regime measured under the same policy, when the profile has
-one: ``sim.exit_regime``), picked by a hash of (seed, request, position), so the correlation
-between its depths is the model's (``profile_signal_fn``). Without one it is synthetic (the
+one: ``sim.exit_regime``), so the correlation between its depths is the model's
+(``profile_signal_fn``). A token measured from this very request reads its own row; any other
+request reads the rows of one measured prompt, picked by a hash of (seed, request), so its
+tokens exit alike as a real request's do (``draw: request``), or each token any row, by a
+hash of (seed, request, position) (``draw: token``). Without a profile it is synthetic (the
 explicit fallback): λ at depth d is logit-normal around a
 per-depth mean, ``sigmoid(logit(mean_lambdas[d]) + sigma * z)`` with z a standard normal
 drawn from a hash of (seed, request, position, depth). The same seed gives the same λ for the
@@ -19,6 +22,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from statistics import NormalDist
+from typing import Literal
 
 from engine.core.config import ExitConfig
 from engine.core.exits import stable_seed
@@ -28,6 +32,10 @@ from sim.exit_profile import ExitProfile
 # Synthetic per-depth mean λ for D = 4: rising with depth, so deeper loops exit more often.
 DEFAULT_MEAN_LAMBDAS: tuple[float, ...] = (0.15, 0.3, 0.45, 0.6)
 SIGNAL_MODES: frozenset[str] = frozenset({"ouro", "ouro_delayed", "random_lookahead"})
+# How a token without an own row picks a profile row: keep a request on one measured prompt,
+# so its tokens exit alike as the real model's do, or draw each token from any row.
+ExitDraw = Literal["request", "token"]
+EXIT_DRAWS: tuple[str, ...] = ("request", "token")
 _EPS = 1e-12
 
 
@@ -80,25 +88,52 @@ def lambda_signal_fn(seed: int, mean_lambdas: Sequence[float], sigma: float = 0.
 
 
 def profile_row(seed: int, num_rows: int, request_id: str, position: int) -> int:
-    """The profile row a token reads: the same for the same (seed, request, position)."""
+    """The profile row a token reads under ``draw: token``: the same for the same (seed,
+    request, position), any row of the profile."""
     return stable_seed(seed, "profile", request_id, position) % num_rows
 
 
+def prompt_rows(tokens: Sequence[tuple[int, int]]) -> tuple[tuple[int, ...], ...]:
+    """Row indices of each measured prompt, in position order (prompts in index order)."""
+    by_prompt: dict[int, list[tuple[int, int]]] = {}
+    for k, (prompt, position) in enumerate(tokens):
+        by_prompt.setdefault(prompt, []).append((position, k))
+    return tuple(tuple(k for _, k in sorted(by_prompt[p])) for p in sorted(by_prompt))
+
+
+def request_row(seed: int, prompts: Sequence[Sequence[int]], request_id: str,
+                position: int) -> int:
+    """The profile row a token reads under ``draw: request``: every token of a request reads
+    the rows of one measured prompt (picked by (seed, request)), walking them in position
+    order from a start picked the same way, round again when the request outlives them."""
+    pick = stable_seed(seed, "profile-request", request_id)
+    rows = prompts[pick % len(prompts)]
+    return rows[(position + (pick >> 32)) % len(rows)]
+
+
 def profile_signal_fn(seed: int, rows: Sequence[Sequence[float | None]],
-                      own: Mapping[tuple[str, int], int] | None = None) -> SignalFn:
+                      own: Mapping[tuple[str, int], int] | None = None,
+                      prompts: Sequence[Sequence[int]] | None = None) -> SignalFn:
     """Signals from measured rows: token (request, position) reads its own row when ``own``
-    has it (measured from this very request), else row ``profile_row``. A regime row has no
-    value past the depth it exited at; replayed under its own policy that depth is never
-    read, so reading one is a bug, not a modelling choice."""
+    has it (measured from this very request), else the row ``request_row`` picks from
+    ``prompts`` (its rows grouped by measured prompt) when given, else row ``profile_row``.
+    A regime row has no value past the depth it exited at; replayed under its own policy
+    that depth is never read, so reading one is a bug, not a modelling choice."""
     table = tuple(tuple(r) for r in rows)
     n = len(table)
     if n == 0:
         raise ValueError("exit.profile: the profile holds no rows")
     mine = own or {}
+    groups = tuple(tuple(g) for g in prompts or () if g)
+    if prompts is not None and not groups:
+        raise ValueError("exit.profile: the profile holds no prompts")
 
     def signal(request_id: str, position: int, depth: int) -> float:
         k = mine.get((request_id, position)) if mine else None
-        v = table[profile_row(seed, n, request_id, position) if k is None else k][depth]
+        if k is None:
+            k = (request_row(seed, groups, request_id, position) if groups
+                 else profile_row(seed, n, request_id, position))
+        v = table[k][depth]
         if v is None:
             raise RuntimeError(f"exit profile: {request_id}@{position} read depth {depth} "
                                "past its regime row's exit (policy mismatch)")
@@ -116,10 +151,13 @@ def make_signal_fn(
     sigma: float = 0.5,
     profile: ExitProfile | None = None,
     layout: str = "last_exited",
+    draw: ExitDraw = "request",
 ) -> SignalFn | None:
     """The signal function for ``exit_cfg.mode``, or None when the core decides alone; from
     ``profile`` when one is given (its regime for ``exit_cfg`` and the cache ``layout`` when
-    it has one, else its full-depth rows), else the synthetic stream."""
+    it has one, else its full-depth rows; a token without an own row reads a row of one
+    measured prompt per request, ``draw: request``, or any row, ``draw: token``), else the
+    synthetic stream."""
     if exit_cfg.mode not in SIGNAL_MODES:
         return None
     if profile is not None:
@@ -128,9 +166,13 @@ def make_signal_fn(
                              f"model has {num_depths}; use the model's own exit profile")
         # Row choice ignores the mode: ouro vs ouro_delayed compare on the same tokens' gates.
         regime = profile.regime_for(exit_cfg, layout)
+        if draw not in EXIT_DRAWS:
+            raise ValueError(f"exit.draw: unknown {draw!r}; use one of {'|'.join(EXIT_DRAWS)}")
         if regime is not None:
-            return profile_signal_fn(seed, regime.signals, regime.own_rows(seed))
-        return profile_signal_fn(seed, profile.signal_rows(exit_cfg))
+            return profile_signal_fn(seed, regime.signals, regime.own_rows(seed),
+                                     prompt_rows(regime.tokens) if draw == "request" else None)
+        return profile_signal_fn(seed, profile.signal_rows(exit_cfg), None,
+                                 prompt_rows(profile.tokens) if draw == "request" else None)
     means = tuple(mean_lambdas) if mean_lambdas is not None else default_mean_lambdas(num_depths)
     if len(means) != num_depths:
         raise ValueError(

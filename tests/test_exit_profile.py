@@ -1,10 +1,12 @@
 """Exit profiles (issue 17): measured λ vectors are the model's own gates; the simulator draws
-whole rows from them, keyed by (seed, request, position), the same in every arm; any
+whole rows from them (one measured prompt per request, or any row per token), keyed by
+(seed, request, position), the same in every arm; any
 threshold replays from one file; the synthetic fallback stays when no profile is given."""
 
 from __future__ import annotations
 
 import json
+import statistics
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -20,7 +22,7 @@ from loopserve.cli import main
 from loopserve.runs.loop import execute
 from loopserve.runs.plan import plan_runs
 from loopserve.schema.scenario import Scenario
-from sim.exit_model import profile_row
+from sim.exit_model import profile_row, prompt_rows, request_row
 from sim.exit_profile import (
     ExitProfile,
     depth_histogram,
@@ -90,7 +92,8 @@ def _exits(scn: Scenario) -> dict[str, dict[tuple[str, int], int]]:
                                             ("ouro", 0.75)])
 def test_each_simulated_token_exits_as_its_profile_row_implies(
         profile_file: Path, measured: ExitProfile, mode: str, threshold: float) -> None:
-    scn = _scenario(str(profile_file), ["mixed"], mode=mode, exit_threshold=threshold)
+    scn = _scenario(str(profile_file), ["mixed"], mode=mode, exit_threshold=threshold,
+                    draw="token")
     (run,) = execute(plan_runs(scn, "sim"), progress=False)
     prompt = {q.request_id: q.prompt_tokens for q in run.records.requests}
     cfg = ExitConfig(mode=mode, exit_threshold=threshold)  # type: ignore[arg-type]
@@ -106,6 +109,45 @@ def test_each_simulated_token_exits_as_its_profile_row_implies(
     # ... so the simulated distribution is the profile's, within sampling error.
     sim = depth_histogram([t.exit_depth for t in run.records.tokens if t.index > 0], 4)
     assert tv_distance(sim, depth_histogram(implied_depths(measured, cfg), 4)) < 0.06
+
+
+def _loops_by_request(run: Any) -> dict[str, list[int]]:
+    out: dict[str, list[int]] = {}
+    for t in run.records.tokens:
+        if t.index > 0:
+            out.setdefault(t.request_id, []).append(t.exit_depth)
+    return out
+
+
+def test_draw_request_keeps_each_request_on_one_measured_prompt(
+        profile_file: Path, measured: ExitProfile) -> None:
+    """Every token of a request reads a row of the one prompt ``request_row`` picks for it,
+    walking that prompt's rows in position order; so requests differ as real ones do."""
+    cfg = ExitConfig(mode="ouro", exit_threshold=0.5)
+    prompts = prompt_rows(measured.tokens)
+    (run,) = execute(plan_runs(_scenario(str(profile_file), ["mixed"]), "sim"), progress=False)
+    prompt_len = {q.request_id: q.prompt_tokens for q in run.records.requests}
+    picked: dict[str, set[int]] = {}
+    for t in run.records.tokens:
+        if t.index == 0:
+            continue
+        k = request_row(3, prompts, t.request_id, prompt_len[t.request_id] + t.index - 1)
+        assert t.exit_depth == exit_depth(measured.lambdas[k], cfg, 4)
+        picked.setdefault(t.request_id, set()).add(measured.tokens[k][0])
+    assert all(len(p) == 1 for p in picked.values())
+    assert len(set().union(*picked.values())) == len(PROMPTS)  # every prompt gets requests
+    # Consecutive tokens read consecutive rows of their prompt.
+    rows = [request_row(3, prompts, "req-0", 100 + i) for i in range(len(prompts[0]) + 1)]
+    group = next(g for g in prompts if rows[0] in g)
+    assert rows == [group[(group.index(rows[0]) + i) % len(group)] for i in range(len(rows))]
+    # Requests differ: the spread of their mean loops is wider than per-token draws give.
+    token_run = execute(plan_runs(_scenario(str(profile_file), ["mixed"], draw="token"), "sim"),
+                        progress=False)[0]
+
+    def spread(r: Any) -> float:
+        return statistics.pstdev(statistics.fmean(v) for v in _loops_by_request(r).values())
+
+    assert spread(run) > 2 * spread(token_run)
 
 
 def test_same_seed_same_exits_in_every_arm(profile_file: Path) -> None:

@@ -96,6 +96,9 @@ def test_simulation_replays_the_workloads_own_tokens_exactly(tmp_path: Path) -> 
     assert doc["profiles"][out.name]["tv"] == 0.0 < doc["profiles"][ind.name]["tv"]
     assert doc["noise"]["num_requests"] == 12
     assert sum(doc["measured"]) == pytest.approx(1.0, abs=1e-3)
+    # Own rows replay the measured requests, so their spread too.
+    assert doc["profiles"][out.name]["request_loops"] == doc["request_loops"]
+    assert doc["request_loops"]["num_requests"] == 12
 
 
 def test_a_row_read_past_its_exit_is_a_bug_not_a_value() -> None:

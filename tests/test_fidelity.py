@@ -275,6 +275,8 @@ def test_exit_depths_per_arm_fixed_exits_run_all_depths(result: Path) -> None:
             w = arm[world]
             assert w["depth_fractions"] == [0.0, 0.0, 0.0, 1.0] and w["mean_loops"] == 4.0
             assert w["num_tokens"] == 3 * 9 + 2 and w["core_calls_per_output_token"] > 0
+            assert w["request_loops"] == {"num_requests": 4, "p10": 4.0, "p50": 4.0,
+                                          "p90": 4.0, "sd": 0.0}
         assert arm["tv_distance"] == 0.0 and arm["met"] is True
         # Every request runs all depths: resampling them moves nothing.
         assert arm["request_noise"] == {"num_requests": 4, "tv_p50": 0.0, "tv_p95": 0.0}

@@ -8,7 +8,7 @@ from types import SimpleNamespace
 from typing import Any, cast
 
 from engine.core.results import TokenEvent
-from loopserve.fidelity.exits import request_noise
+from loopserve.fidelity.exits import request_loops, request_noise
 from loopserve.fidelity.world import WorldRun
 
 
@@ -51,3 +51,13 @@ def test_two_samples_differ_more_than_one_sample_from_its_source() -> None:
     one, two = request_noise(runs, 4), request_noise(runs, 4, two_sample=True)
     assert one["tv_p50"] is not None and two["tv_p50"] is not None
     assert one["tv_p50"] < two["tv_p50"] < 2 * one["tv_p50"]
+
+
+def test_request_loops_spread_over_requests_not_tokens() -> None:
+    # Half the requests run 1 loop, half 3: a wide spread at the same token mix (mean 2) ...
+    apart = request_loops([_run({f"r{i}": [1 + 2 * (i % 2)] * 10 for i in range(10)})], 4)
+    assert apart == {"num_requests": 10, "p10": 1.0, "p50": 2.0, "p90": 3.0, "sd": 1.0}
+    # ... as every request alternating 1 and 3 has none.
+    alike = request_loops([_run({f"r{i}": [1, 3] * 5 for i in range(10)})], 4)
+    assert alike == {"num_requests": 10, "p10": 2.0, "p50": 2.0, "p90": 2.0, "sd": 0.0}
+    assert request_loops([_run({})], 4)["sd"] is None

@@ -31,7 +31,7 @@ from engine.core.config import ExitConfig
 from loopserve.errors import UserError
 from loopserve.outputs.files import atomic_write
 from loopserve.runs import interrupts
-from loopserve.schema.scenario import SIGNAL_EXIT_MODES as SIGNAL_MODES
+from loopserve.schema.exit_spec import SIGNAL_EXIT_MODES as SIGNAL_MODES
 from loopserve.schema.scenario import Scenario
 from loopserve.targets.load import check_real
 from sim.cost.resolve import PROFILES_DIR, model_label

@@ -148,6 +148,16 @@ class Allocator(TypedDict):
     calibration: str | None
 
 
+class RequestLoops(TypedDict):
+    """How requests differ: each request's mean loops per decode token, over the requests."""
+
+    num_requests: int
+    p10: float | None
+    p50: float | None
+    p90: float | None
+    sd: float | None
+
+
 class ExitWorld(TypedDict):
     """Exit depths of one world's runs of an arm (see ``loopserve.fidelity.exits``)."""
 
@@ -156,6 +166,7 @@ class ExitWorld(TypedDict):
     mean_loops: float | None
     core_calls_per_output_token: float | None
     num_tokens: int
+    request_loops: RequestLoops
 
 
 class RequestNoise(TypedDict):

@@ -1,7 +1,8 @@
 """Fidelity of exit depths, per arm at the reference point: the exit-depth distribution of
 the decode tokens (the first output token of a request, which always runs all D loops, left
 out), measured and simulated, their total-variation distance against ``EXIT_TV_LIMIT``, mean
-loops per token and core calls per output token.
+loops per token, core calls per output token, and how requests differ (``request_loops``:
+the spread of each request's mean loops).
 
 A request's tokens exit alike (its prompt sets its gates' trajectory), so a measured
 distribution is a sample of requests, not of tokens. ``request_noise`` says how far that
@@ -17,7 +18,7 @@ from collections import defaultdict
 
 import numpy as np
 
-from loopserve.fidelity.doc import ExitArm, ExitsSection, ExitWorld, RequestNoise
+from loopserve.fidelity.doc import ExitArm, ExitsSection, ExitWorld, RequestLoops, RequestNoise
 from loopserve.fidelity.world import WorldRun
 from loopserve.runs.plan import Plan
 from sim.exit_profile import depth_histogram, tv_distance
@@ -46,7 +47,22 @@ def _world(runs: list[WorldRun], num_depths: int) -> ExitWorld:
         "mean_loops": round(sum(depths) / len(depths), 6) if depths else None,
         "core_calls_per_output_token": round(calls / outputs, 6) if outputs else None,
         "num_tokens": len(depths),
+        "request_loops": request_loops(runs, num_depths),
     }
+
+
+def request_loops(runs: list[WorldRun], num_depths: int) -> RequestLoops:
+    """How the runs' requests differ: the p10 / p50 / p90 and standard deviation of each
+    (run, request)'s mean loops per decode token. Real requests exit alike within and unlike
+    between them; a simulation drawing every token from any profile row shrinks the spread."""
+    per = _per_request(runs, num_depths)
+    per = per[per.sum(axis=1) > 0]
+    if len(per) == 0:
+        return {"num_requests": 0, "p10": None, "p50": None, "p90": None, "sd": None}
+    means = per @ np.arange(1, num_depths + 1) / per.sum(axis=1)
+    p10, p50, p90 = (round(float(v), 4) for v in np.percentile(means, [10, 50, 90]))
+    return {"num_requests": len(means), "p10": p10, "p50": p50, "p90": p90,
+            "sd": round(float(means.std()), 4)}
 
 
 def _per_request(runs: list[WorldRun], num_depths: int) -> np.ndarray:
@@ -109,9 +125,11 @@ def exit_fidelity(plan: Plan, sim: list[WorldRun], real: list[WorldRun]) -> Exit
 
 def _fmt(w: ExitWorld) -> str:
     fr = "/".join(f"{100 * f:.1f}" for f in w["depth_fractions"])
-    ml, cc = w["mean_loops"], w["core_calls_per_output_token"]
+    ml, cc, rq = w["mean_loops"], w["core_calls_per_output_token"], w["request_loops"]
+    per = ("" if rq["p10"] is None else
+           f" per request p10/p50/p90 {rq['p10']:.2f}/{rq['p50']:.2f}/{rq['p90']:.2f}")
     return (f"{fr}% mean {ml if ml is None else f'{ml:.2f}'} calls/tok "
-            f"{cc if cc is None else f'{cc:.2f}'}")
+            f"{cc if cc is None else f'{cc:.2f}'}{per}")
 
 
 def exit_lines(section: ExitsSection) -> list[str]:

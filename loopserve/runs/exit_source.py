@@ -11,7 +11,8 @@ from engine.core.config import ModelShape
 from loopserve.errors import UserError
 from loopserve.runs.seeds import repeat_seed
 from loopserve.schema.build import exit_config
-from loopserve.schema.scenario import SIGNAL_EXIT_MODES, Scenario
+from loopserve.schema.exit_spec import SIGNAL_EXIT_MODES
+from loopserve.schema.scenario import Scenario
 from sim.cost.resolve import resolve_cost
 from sim.exit_profile import ExitProfile, load_exit_profile, sibling_exit_profile
 
@@ -25,6 +26,7 @@ class ExitSource:
     path: str | None = None
     via: str | None = None  # "exit.profile" or "cost.profile" (the calibrated profile's sibling)
     rows: str | None = None  # "regime <label>" (measured under the point's policy) or "full depth"
+    draw: str | None = None  # exit.draw: how tokens without an own row pick one
 
     def describe(self) -> dict[str, object]:
         """The env.json entry: kind, and for a profile its file and measured token count."""
@@ -32,7 +34,7 @@ class ExitSource:
         if self.profile is not None:
             out.update(path=self.path, via=self.via,
                        num_tokens=self.profile.provenance.num_tokens,
-                       model=self.profile.model, rows=self.rows)
+                       model=self.profile.model, rows=self.rows, draw=self.draw)
         return out
 
 
@@ -67,7 +69,7 @@ def exit_source(scn: Scenario, shape: ModelShape, context: str = "") -> ExitSour
         seeds = [repeat_seed(scn.seed, r) for r in range(scn.repeats)]
         own = sum(bool(regime.own_rows(s)) for s in seeds)
         rows = f"regime {regime.label}, own rows for {own} of {len(seeds)} repeat seeds"
-    return ExitSource("profile", profile, path, via, rows)
+    return ExitSource("profile", profile, path, via, rows, e.draw)
 
 
 def exit_models(exits: Mapping[int, ExitSource]) -> dict[str, object] | None:

@@ -44,7 +44,8 @@ def sim_target(plan: Plan) -> SimTarget:
     """The simulator priced by the plan's cost models."""
     return SimTarget(plan.shape, plan.costs,
                      {p.point_id: p.scenario.exit.lambdas for p in plan.points},
-                     {i: src.profile for i, src in plan.exits.items()})
+                     {i: src.profile for i, src in plan.exits.items()},
+                     {p.point_id: p.scenario.exit.draw for p in plan.points})
 
 
 def target_of(plan: Plan) -> Target:

@@ -14,8 +14,6 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 
 from pydantic import (
-    BaseModel,
-    ConfigDict,
     Field,
     PrivateAttr,
     create_model,
@@ -23,13 +21,14 @@ from pydantic import (
     model_validator,
 )
 
-from engine.core.config import ExitMode, SchedulerConfig, resolve_arm
+from engine.core.config import SchedulerConfig, resolve_arm
 from engine.core.shapes import MODEL_SHAPES
+from loopserve.schema.exit_spec import ExitSpec
+from loopserve.schema.strict import StrictModel
 from loopserve.workloads import WorkloadSpec
 from loopserve.workloads.base import MAX_NUM_SEQS, MAX_REQUEST_TOKENS
 
 Scalar = bool | int | float | str
-SIGNAL_EXIT_MODES = ("ouro", "ouro_delayed", "random_lookahead")
 # Fields a sweep or variant may not vary: they define the run itself.
 UNSWEEPABLE = ("name", "arms", "repeats", "sweep", "variants", "model", "outputs")
 # Upper bounds of sizes (issue 13); the memory estimate (loopserve.runs.footprint) covers
@@ -39,12 +38,6 @@ SCHEDULER_BOUNDS = {"max_num_seqs": MAX_NUM_SEQS, "max_num_batched_tokens": MAX_
 MAX_NUM_BLOCKS = (1 << 31) - 1  # block ids are int32 on the device
 MAX_BLOCK_SIZE = 1024  # tokens per block (vLLM's largest is 256)
 MAX_REPEATS = 1000
-
-
-class StrictModel(BaseModel):
-    """Base: unknown keys and wrong types are errors (YAML ints still fill float fields)."""
-
-    model_config = ConfigDict(extra="forbid", strict=True)
 
 
 def _scheduler_fields(optional: bool) -> dict[str, Any]:
@@ -106,53 +99,6 @@ class CacheSpec(StrictModel):
     layout: Literal["last_exited", "shared"] = "last_exited"
     incremental_allocation: bool = False
     enable_prefix_caching: bool = False
-
-
-class ExitSpec(StrictModel):
-    """Default exit config for every request (DESIGN.md §5).
-
-    ``lambdas`` (simulator only): mean gate value λ per depth for the synthetic signal streams
-    of the signal-driven modes (ouro, ouro_delayed, random_lookahead). ``trace`` (mode trace):
-    a run-wide exit-depth pattern, first entry D, the rest repeated over each request's
-    tokens; requests of a trace file with their own ``exit_depths`` keep theirs.
-    ``profile`` (simulator only): an exit profile measured from the model (``loopserve
-    exit-profile``) that the signal modes draw whole per-token λ vectors from (a regime's rows
-    measured under this policy and cache layout first: docs/exit-profiles.md); without it a
-    calibrated cost profile's sibling ``<stem>.exits.json``, else the synthetic stream.
-    """
-
-    mode: ExitMode = "fixed"
-    exit_threshold: float = Field(default=1.0, ge=0.0)
-    min_loops: int = Field(default=1, ge=1)
-    max_loops: int | None = Field(default=None, ge=1)
-    probs: list[float] | None = None
-    lambdas: list[float] | None = None
-    trace: list[int] | None = None
-    profile: str | None = None
-    seed: int | None = None
-
-    @field_validator("lambdas")
-    @classmethod
-    def _unit_interval(cls, v: list[float] | None) -> list[float] | None:
-        if v is not None and (not v or any(not 0.0 < x < 1.0 for x in v)):
-            raise ValueError(f"each mean λ must lie strictly between 0 and 1, got {v}")
-        return v
-
-    @model_validator(mode="after")
-    def _mode_fits(self) -> ExitSpec:
-        if self.lambdas is not None and self.mode not in SIGNAL_EXIT_MODES:
-            raise ValueError(
-                f"lambdas: only for the signal modes {'|'.join(SIGNAL_EXIT_MODES)}, "
-                f"not {self.mode}; remove lambdas"
-            )
-        if self.lambdas is not None and self.profile is not None:
-            raise ValueError("lambdas: the synthetic means and an exit profile exclude each "
-                             "other; remove lambdas or profile")
-        if self.trace is not None and self.mode != "trace":
-            raise ValueError(f"trace: only for mode trace, not {self.mode}; remove trace")
-        if self.probs is not None and self.mode != "categorical":
-            raise ValueError(f"probs: only for mode categorical, not {self.mode}; remove probs")
-        return self
 
 
 class SloSpec(StrictModel):

@@ -11,7 +11,7 @@ from engine.core.records import ArrivalSource, RunRecords
 from loopserve.targets.base import RunSpec
 from sim.cost.base import CostModel
 from sim.driver import simulate
-from sim.exit_model import make_signal_fn
+from sim.exit_model import ExitDraw, make_signal_fn
 from sim.exit_profile import ExitProfile
 
 
@@ -24,6 +24,7 @@ class SimTarget:
     costs: Mapping[int, CostModel]
     exit_lambdas: Mapping[int, Sequence[float] | None]
     exit_profiles: Mapping[int, ExitProfile | None] | None = None
+    exit_draws: Mapping[int, ExitDraw] | None = None  # per point: exit.draw (default request)
 
     def run(self, spec: RunSpec, source: ArrivalSource) -> RunRecords:
         return self.simulate(spec, source, self.costs[spec.point_id])
@@ -36,6 +37,7 @@ class SimTarget:
         signal_fn = make_signal_fn(spec.cfg.exit, self.shape.num_depths, seed=spec.seed,
                                    mean_lambdas=self.exit_lambdas[spec.point_id],
                                    profile=(self.exit_profiles or {}).get(spec.point_id),
-                                   layout=spec.cfg.cache.layout)
+                                   layout=spec.cfg.cache.layout,
+                                   draw=(self.exit_draws or {}).get(spec.point_id, "request"))
         return simulate(spec.cfg, source, cost, signal_fn=signal_fn, seed=spec.seed,
                         vocab_size=self.shape.vocab_size)
