@@ -29,6 +29,14 @@ class HostTiming:
     prepare_s: float
 
 
+def sleep_until(deadline_s: float) -> None:
+    """Sleep, then spin the last millisecond, until ``time.perf_counter()`` reaches
+    ``deadline_s`` (how the loop waits for a timed arrival; calibration waits the same way)."""
+    while (left := deadline_s - time.perf_counter()) > 0:
+        if left > 0.002:
+            time.sleep(left - 0.001)
+
+
 def execute_or_fail(core: EngineCore, runner: ModelRunner, batch: Batch) -> StepResult | None:
     """Run a batch; on an exception its requests fail (``core.fail``) and None is returned."""
     try:
@@ -57,10 +65,7 @@ class _RealtimeRun:
 
     def wait_for_arrival(self) -> None:
         """Sleep, then spin, until the next timed arrival is due."""
-        due = self.feeder.next_due_s
-        while (left := due - self.now()) > 0:
-            if left > 0.002:
-                time.sleep(left - 0.001)
+        sleep_until(self.t0 + self.feeder.next_due_s)
 
     def run(self) -> RunRecords:
         # Objects alive before the run (a model, earlier runs' records) go to the permanent

@@ -86,6 +86,7 @@ class _SimRun:
         loop, feeder = self.loop, self.feeder
         now = env.now
         prev: Batch | None = None
+        last_end = now  # back to back, a step starts where the last ended: no idle time
         while True:
             if feeder.next_due_s <= now:
                 feeder.submit_due(now)
@@ -102,11 +103,11 @@ class _SimRun:
                 continue
             start = now
             result = executor.execute(batch)
-            duration = cost.step_time(batch, prev)
+            duration = cost.step_time(batch, prev, start - last_end)
             prev = batch
             if not duration >= 0.0:
                 raise ValueError(f"cost model returned {duration!r} s for step {batch.step}")
-            end = now = start + duration
+            end = now = last_end = start + duration
             if feeder.next_due_s <= end:
                 yield env.timeout(end - env.now)
             loop.after_step(batch, result, start, end)

@@ -69,6 +69,9 @@ def test_quick_calibration_writes_a_valid_profile(calibrated: Path) -> None:
     assert prof.signals is not None and prof.finalize is not None
     assert prof.finalize.predict({"finalize_copies": 1.0}) > 0
     assert all(float(r["measured_s"]) > 0 and r["predicted_s"] for r in shapes)
+    # the first step after a wait: measured at the quick waits, never below warm
+    assert prof.after_idle is not None and prof.after_idle.idle_s == [0.02, 0.2]
+    assert all(e >= 0 for e in prof.after_idle.extra)
 
 
 def test_json_out_writes_the_profile_and_its_side_files(tmp_path: Path) -> None:

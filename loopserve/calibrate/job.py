@@ -21,6 +21,7 @@ from engine.llm import build_runner
 from engine.model.alloc import default_dtype
 from engine.model.build import build_model
 from engine.realtime import run_realtime
+from loopserve.calibrate.after_idle import PAUSES_S, QUICK_PAUSES_S, measure_after_idle
 from loopserve.calibrate.extras import extra_cases, measure_extras
 from loopserve.calibrate.host_gap import (
     RecordingRunner,
@@ -158,6 +159,8 @@ def _calibrate(
                               max_seconds=_SHAPES_SHARE * max_seconds)
     extras = measure_extras(rig, extra_cases(model_shape.num_depths, quick),
                             rounds=max(3, 2 * repeats), seed=seed)
+    idle = measure_after_idle(rig, pauses_s=QUICK_PAUSES_S if quick else PAUSES_S,
+                              rounds=2 if quick else max(5, repeats + 2), seed=seed)
     probe_after = time_probes(rig, repeats=3 if quick else 9)
     del rig, runner
     samples = [Sample(m.shape.kind, batch_features(m.batch), m.median_s, m.shape.held_out,
@@ -195,6 +198,7 @@ def _calibrate(
         step_gap=gap.fit if gap is not None else None,
         signals=extra_fits["signals"].fit if "signals" in extra_fits else None,
         finalize=extra_fits["finalize"].fit if "finalize" in extra_fits else None,
+        after_idle=idle.after_idle,
     )
     return CalibrationResult(profile, stages, gap, samples, gaps, in_situ, elapsed,
-                             extras, extra_fits)
+                             extras, extra_fits, idle)

@@ -256,12 +256,12 @@ def measure_shapes(
             for i in todo:
                 before = _predecessor(shapes[i], rig.num_depths)
                 if before is not None:  # the pools hold one of the two at a time
-                    _warm_up(functools.partial(_visit, rig, before, shapes[i]))
+                    warm_up(functools.partial(_visit, rig, before, shapes[i]))
                     _visit(rig, before)
                 batch, live = rig.build(shapes[i])
                 try:
                     if before is None:
-                        _warm_up(functools.partial(rig.runner.execute, batch))
+                        warm_up(functools.partial(rig.runner.execute, batch))
                     dt, clean = timer(lambda b=batch: rig.runner.execute(b))
                 finally:
                     rig.release(live)
@@ -284,7 +284,7 @@ def _visit(rig: CalibrationRig, *shapes: Shape) -> None:
         rig.release(live)
 
 
-def _warm_up(run: Callable[[], object]) -> None:
+def warm_up(run: Callable[[], object]) -> None:
     """``run()`` untimed, at least once, at most WARMUP_RUNS times or WARMUP_S in all."""
     started = time.perf_counter()
     for _ in range(WARMUP_RUNS):

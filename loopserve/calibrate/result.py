@@ -5,8 +5,19 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from sim.cost.after_idle import AfterIdle
 from sim.cost.fit import Sample, StageResult
 from sim.cost.profile import Profile
+
+
+@dataclass
+class IdleMeasurement:
+    """``loopserve.calibrate.after_idle``'s result: the fitted term and, per shape, its warm
+    median and time ratio after each wait."""
+
+    after_idle: AfterIdle
+    warm_s: dict[str, float]
+    ratios: dict[str, list[float]]  # per shape, one per pause in after_idle.idle_s
 
 
 @dataclass
@@ -22,6 +33,7 @@ class CalibrationResult:
     seconds: float = 0.0
     extras: list[Sample] = field(default_factory=list)  # adaptive-exit paired differences
     extra_fits: dict[str, StageResult] = field(default_factory=dict)
+    idle: IdleMeasurement | None = None
 
     def predict(self, sample: Sample) -> float | None:
         """The profile's prediction for a sample (None for a kind it has no model of)."""

@@ -185,4 +185,11 @@ def summary(result: CalibrationResult) -> str:
         lines.append(f"held-out MAPE over all stages: {100 * prov.held_out_mape:.2f}% "
                      f"(worst {100 * (prov.held_out_max_error or 0):.1f}%); in-situ = median "
                      "error on steps of short real runs")
+    if result.idle is not None:
+        idle = result.idle
+        waits = "/".join(f"{1e3 * w:g}" for w in idle.after_idle.idle_s)
+        shapes = "; ".join(f"{k} " + "/".join(f"x{r:.2f}" for r in v)
+                           for k, v in idle.ratios.items())
+        lines.append(f"after idle (time over warm time of a step started {waits} ms after the "
+                     f"last): {shapes}")
     return "\n".join(lines)

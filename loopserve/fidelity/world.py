@@ -23,6 +23,14 @@ from loopserve.targets.base import RunSpec
 from sim.cost.base import CostModel
 from sim.cost.calibrated import CalibratedCost
 
+# A real loop's host gap between back-to-back steps (0.03-0.2 ms) is no idle time; the
+# simulator prices it in ``step_gap`` and starts the next step at once.
+IDLE_FROM_S = 1e-3
+
+
+def _idle_s(gap_s: float) -> float:
+    return gap_s if gap_s >= IDLE_FROM_S else 0.0
+
 
 @dataclass
 class WorldRun:
@@ -36,10 +44,14 @@ class WorldRun:
     predicted_s: list[float] = field(default_factory=list)  # real world: see ``predict``
 
     def predict(self, cost: CalibratedCost) -> list[float]:
-        """The profile's execute time of each step, each priced after the step before it
-        (computed once; the comparison, the drift rows, the report and steps.csv share it)."""
+        """The profile's execute time of each step, each priced after the step before it and
+        the time the engine sat idle before it, as the simulator prices them (computed once;
+        the comparison, the drift rows, the report and steps.csv share it)."""
         if not self.predicted_s:
-            self.predicted_s = [cost.execute_time(b, self.batches[i - 1] if i else None)
+            s = self.records.steps
+            ends = [0.0, *s.end_s]
+            self.predicted_s = [cost.execute_time(b, self.batches[i - 1] if i else None,
+                                                  _idle_s(s.start_s[i] - ends[i]))
                                 for i, b in enumerate(self.batches)]
         return self.predicted_s
 
@@ -65,9 +77,9 @@ class _Capture:
         self.cost = cost
         self.batches: list[Batch] = []
 
-    def step_time(self, batch: Batch, prev: Batch | None = None) -> float:
+    def step_time(self, batch: Batch, prev: Batch | None = None, idle_s: float = 0.0) -> float:
         self.batches.append(batch)
-        return float(self.cost.step_time(batch, prev))
+        return float(self.cost.step_time(batch, prev, idle_s))
 
     def breakdown(self, batch: Batch) -> dict[str, float]:
         return dict(self.cost.breakdown(batch))

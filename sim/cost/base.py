@@ -27,10 +27,11 @@ class CostModel(Protocol):
     total (a roofline takes the max of memory and compute time per call).
     """
 
-    def step_time(self, batch: Batch, prev: Batch | None = None) -> float:
+    def step_time(self, batch: Batch, prev: Batch | None = None, idle_s: float = 0.0) -> float:
         """Simulated seconds the step takes; ``prev`` is the step that ran just before it on
         the same engine (None for the first), for models that charge for what it left in
-        the caches."""
+        the caches, and ``idle_s`` how long the engine sat idle between ``prev``'s end and
+        this step's start (0 back to back), for models that charge for a cold start."""
 
     def breakdown(self, batch: Batch) -> dict[str, float]:
         """Named cost terms of the step, in seconds, plus ``total_s``."""

@@ -30,7 +30,8 @@ class CalibratedCost:
     ``step_time`` = ``execute_time`` (the runner's ``execute``) + the host gap between steps
     (when the profile has ``step_gap``). ``execute_time`` is the stage's model plus, for a
     step that has them and a profile that measured them, the adaptive-exit extras
-    (``signals``, ``finalize``).
+    (``signals``, ``finalize``), times the profile's ``after_idle`` factor for a step that
+    starts ``idle_s`` after the previous one ended.
     """
 
     def __init__(
@@ -55,12 +56,13 @@ class CalibratedCost:
             )
         self._fits: dict[str, StageFit] = {str(k): v for k, v in p.stages.items()}
         self._gap = p.step_gap
+        self._idle = p.after_idle
         # (name, the feature that makes a step incur it, its model)
         self._extras = [(name, feature, fit) for name, feature, fit in (
             ("signals", "signal_rows", p.signals), ("finalize", "finalize_copies", p.finalize))
             if fit is not None]
 
-    def _fit(self, batch: Batch, prev: Batch | None = None) -> StageFit:
+    def _fit(self, batch: Batch, prev: Batch | None = None) -> tuple[str, StageFit]:
         kind = stage_kind(batch, prev)
         if kind == "decode_after_prompt" and kind not in self._fits:
             kind = "decode"  # a profile measured before the stage existed
@@ -70,18 +72,23 @@ class CalibratedCost:
                 f"cost.profile: the profile ({self.profile.hardware}, {self.profile.model}) has "
                 f"no {kind!r} stage; recalibrate including {kind} steps"
             )
-        return fit
+        return kind, fit
 
-    def _execute_s(self, batch: Batch, prev: Batch | None, f: dict[str, float]) -> float:
-        t = self._fit(batch, prev).predict(f)
+    def _execute_s(self, batch: Batch, prev: Batch | None, f: dict[str, float],
+                   idle_s: float) -> float:
+        kind, fit = self._fit(batch, prev)
+        t = fit.predict(f)
         for _, feature, extra in self._extras:
             if f[feature] > 0:
                 t += extra.predict(f)
+        if idle_s > 0.0 and self._idle is not None:
+            t *= self._idle.factor(idle_s, kind)
         return t
 
-    def execute_time(self, batch: Batch, prev: Batch | None = None) -> float:
-        """Predicted seconds of the runner's ``execute(batch)`` alone, after ``prev``."""
-        return self._execute_s(batch, prev, batch_features(batch))
+    def execute_time(self, batch: Batch, prev: Batch | None = None, idle_s: float = 0.0) -> float:
+        """Predicted seconds of the runner's ``execute(batch)`` alone, after ``prev``, which
+        ended ``idle_s`` before this step began."""
+        return self._execute_s(batch, prev, batch_features(batch), idle_s)
 
     def _gap_s(self, features: dict[str, float]) -> float:
         return 0.0 if self._gap is None else self._gap.predict(features)
@@ -90,12 +97,12 @@ class CalibratedCost:
         """Predicted host seconds between the previous step's end and this step's start."""
         return self._gap_s(batch_features(batch))
 
-    def step_time(self, batch: Batch, prev: Batch | None = None) -> float:
+    def step_time(self, batch: Batch, prev: Batch | None = None, idle_s: float = 0.0) -> float:
         f = batch_features(batch)
-        return self._execute_s(batch, prev, f) + self._gap_s(f)
+        return self._execute_s(batch, prev, f, idle_s) + self._gap_s(f)
 
     def breakdown(self, batch: Batch) -> dict[str, float]:
-        fit = self._fit(batch)
+        fit = self._fit(batch)[1]
         f = batch_features(batch)
         out = {"intercept_s": fit.intercept_s}
         for n, c in zip(fit.features, fit.coef, strict=True):

@@ -42,7 +42,9 @@ Optional parts (absent in older files, which keep loading):
 - a ``decode_after_prompt`` stage: decode-only core calls measured right after a prompt step
   instead of after a like call. The model uses it for a decode step whose previous step was
   prompt, prefill or mixed work (``step_time(batch, prev)``): that work evicts the decode
-  rows' KV and weights from the caches, which costs 5-15% on a CPU at long contexts.
+  rows' KV and weights from the caches, which costs 5-15% on a CPU at long contexts;
+- ``after_idle`` (``sim.cost.after_idle.AfterIdle``): the extra execute time of the first step
+  after the engine sat idle, by idle time (``step_time(batch, prev, idle_s)``).
 """
 
 from __future__ import annotations
@@ -52,6 +54,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, field_validator, model_validator
 
+from sim.cost.after_idle import AfterIdle
 from sim.cost.features import FEATURE_NAMES, STAGE_KINDS
 from sim.profile_file import read_versioned
 
@@ -190,6 +193,7 @@ class Profile(BaseModel):
     step_gap: StageFit | None = None
     signals: StageFit | None = None
     finalize: StageFit | None = None
+    after_idle: AfterIdle | None = None
 
     @field_validator("stages")
     @classmethod

@@ -1,0 +1,66 @@
+"""How much slower a step runs after the engine sat idle (torch; only calibration imports this).
+
+The forced shapes of ``loopserve.calibrate.measure`` run back to back, warm. In serving, an
+arrival that finds the engine idle starts a step after a wait, and on a shared CPU that step
+ran 1.15-1.35x its warm time after 50 ms or more (``sim.cost.after_idle``). Here each probe
+shape (a prompt chunk, an atomic prefill, a decode step) is timed warm and after each
+``pauses`` wait, the waits visited in a new seeded order per round and spent as the real loop
+spends them (``engine.realtime.sleep_until``). Per shape's step kind and wait, the extra is
+median time after the wait / median warm time - 1, floored at 0.
+"""
+
+from __future__ import annotations
+
+import functools
+import random
+import statistics
+import time
+
+from engine.realtime import sleep_until
+from loopserve.calibrate.measure import CalibrationRig, StepTimer, warm_up
+from loopserve.calibrate.result import IdleMeasurement
+from sim.cost.after_idle import AfterIdle
+from sim.cost.shape_grid import DecodeRow, PromptChunk, Shape
+
+PAUSES_S = (0.005, 0.02, 0.05, 0.2, 0.5)
+QUICK_PAUSES_S = (0.02, 0.2)
+
+
+def idle_shapes(num_depths: int) -> dict[str, Shape]:
+    """The steps timed after a wait: what an arrival's first step is in each arm (a prompt
+    chunk, an atomic prefill), and a decode step."""
+    return {
+        "prompt": Shape("prompt", prompts=(PromptChunk(0, 64, 0),)),
+        "prefill": Shape("prefill", prompts=(PromptChunk(0, 64, 0),), num_depths=num_depths),
+        "decode": Shape("decode", decode=tuple(DecodeRow(128, i % num_depths) for i in range(8))),
+    }
+
+
+def measure_after_idle(rig: CalibrationRig, *, pauses_s: tuple[float, ...] = PAUSES_S,
+                       rounds: int = 9, seed: int = 0) -> IdleMeasurement:
+    """Time each of ``idle_shapes`` warm and after each wait, ``rounds`` times each."""
+    timer = StepTimer(rig.runner.device)
+    rng = random.Random(seed)
+    warm_s: dict[str, float] = {}
+    ratios: dict[str, list[float]] = {}
+    for name, shape in idle_shapes(rig.num_depths).items():
+        batch, live = rig.build(shape)
+        try:
+            run = functools.partial(rig.runner.execute, batch)
+            warm_up(run)
+            times: dict[float, list[float]] = {p: [] for p in (0.0, *pauses_s)}
+            for _ in range(rounds):
+                order = list(times)
+                rng.shuffle(order)
+                for pause in order:
+                    if pause > 0:
+                        sleep_until(time.perf_counter() + pause)
+                    else:  # warm: right after a like step, as the forced shapes are timed
+                        run()
+                    times[pause].append(timer(run)[0])
+        finally:
+            rig.release(live)
+        warm_s[name] = statistics.median(times[0.0])
+        ratios[name] = [statistics.median(times[p]) / warm_s[name] for p in pauses_s]
+    extra = {name: [round(max(0.0, r - 1.0), 4) for r in rs] for name, rs in ratios.items()}
+    return IdleMeasurement(AfterIdle(idle_s=list(pauses_s), extra=extra), warm_s, ratios)
