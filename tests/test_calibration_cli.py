@@ -71,7 +71,8 @@ def test_quick_calibration_writes_a_valid_profile(calibrated: Path) -> None:
     assert all(float(r["measured_s"]) > 0 and r["predicted_s"] for r in shapes)
     # the first step after a wait: measured at the quick waits, never below warm
     assert prof.after_idle is not None and prof.after_idle.idle_s == [0.02, 0.2]
-    assert all(e >= 0 for e in prof.after_idle.extra)
+    assert set(prof.after_idle.extra) == {"prompt", "prefill", "decode"}
+    assert all(len(v) == 2 and min(v) >= 0 for v in prof.after_idle.extra.values())
 
 
 def test_json_out_writes_the_profile_and_its_side_files(tmp_path: Path) -> None:
