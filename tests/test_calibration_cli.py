@@ -215,3 +215,24 @@ def test_rig_batches_run_every_item(monkeypatch: pytest.MonkeyPatch) -> None:
             rig.release(live)
         assert ran[-1] == len(batch.items) > 0, shape
     assert not rig.core.requests  # released with their KV
+
+
+def test_the_after_idle_waits_come_out_of_the_time_budget(monkeypatch: pytest.MonkeyPatch) -> None:
+    from loopserve.calibrate import job
+    from loopserve.calibrate.after_idle import PAUSES_S, idle_seconds
+
+    seen: dict[str, float] = {}
+
+    class Stop(Exception):
+        pass
+
+    def capture(*args: object, max_seconds: float, **kw: object) -> None:
+        seen["max_seconds"] = max_seconds
+        raise Stop
+
+    monkeypatch.setattr(job, "measure_shapes", capture)
+    with pytest.raises(Stop):
+        job.calibrate(target="cpu", model="tiny", repeats=5, max_seconds=120.0, progress=False)
+    waits = idle_seconds(PAUSES_S, 7)
+    assert waits > 10
+    assert seen["max_seconds"] == pytest.approx(job._SHAPES_SHARE * (120.0 - waits))

@@ -26,6 +26,11 @@ PAUSES_S = (0.005, 0.02, 0.05, 0.2, 0.5)
 QUICK_PAUSES_S = (0.02, 0.2)
 
 
+def idle_seconds(pauses_s: tuple[float, ...], rounds: int) -> float:
+    """The time ``measure_after_idle`` spends waiting (its steps come on top)."""
+    return len(idle_shapes(1)) * rounds * sum(pauses_s)
+
+
 def idle_shapes(num_depths: int) -> dict[str, Shape]:
     """The steps timed after a wait: what an arrival's first step is in each arm (a prompt
     chunk, an atomic prefill), and a decode step."""

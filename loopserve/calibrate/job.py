@@ -21,7 +21,12 @@ from engine.llm import build_runner
 from engine.model.alloc import default_dtype
 from engine.model.build import build_model
 from engine.realtime import run_realtime
-from loopserve.calibrate.after_idle import PAUSES_S, QUICK_PAUSES_S, measure_after_idle
+from loopserve.calibrate.after_idle import (
+    PAUSES_S,
+    QUICK_PAUSES_S,
+    idle_seconds,
+    measure_after_idle,
+)
 from loopserve.calibrate.extras import extra_cases, measure_extras
 from loopserve.calibrate.host_gap import (
     RecordingRunner,
@@ -154,13 +159,15 @@ def _calibrate(
     started = time.perf_counter()
     runner = build_runner(net, cfg, device, dtype, seed, backend)
     rig = CalibrationRig(runner, cfg, seed)
+    pauses, idle_rounds = (QUICK_PAUSES_S, 2) if quick else (PAUSES_S, max(5, repeats + 2))
     probe_before = time_probes(rig, repeats=3 if quick else 9)
+    # The waits of the after-idle measurement come out of the budget first: they are fixed.
+    shapes_s = max(0.2 * max_seconds, max_seconds - idle_seconds(pauses, idle_rounds))
     measured = measure_shapes(rig, shapes, repeats=repeats, seed=seed, progress=progress,
-                              max_seconds=_SHAPES_SHARE * max_seconds)
+                              max_seconds=_SHAPES_SHARE * shapes_s)
     extras = measure_extras(rig, extra_cases(model_shape.num_depths, quick),
                             rounds=max(3, 2 * repeats), seed=seed)
-    idle = measure_after_idle(rig, pauses_s=QUICK_PAUSES_S if quick else PAUSES_S,
-                              rounds=2 if quick else max(5, repeats + 2), seed=seed)
+    idle = measure_after_idle(rig, pauses_s=pauses, rounds=idle_rounds, seed=seed)
     probe_after = time_probes(rig, repeats=3 if quick else 9)
     del rig, runner
     samples = [Sample(m.shape.kind, batch_features(m.batch), m.median_s, m.shape.held_out,
