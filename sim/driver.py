@@ -87,6 +87,7 @@ class _SimRun:
         now = env.now
         prev: Batch | None = None
         last_end = now  # back to back, a step starts where the last ended: no idle time
+        idle_s, since_idle = 0.0, 0  # the last wait, and steps run since the one after it
         while True:
             if feeder.next_due_s <= now:
                 feeder.submit_due(now)
@@ -103,7 +104,11 @@ class _SimRun:
                 continue
             start = now
             result = executor.execute(batch)
-            duration = cost.step_time(batch, prev, start - last_end)
+            if start > last_end:
+                idle_s, since_idle = start - last_end, 0
+            else:
+                since_idle += 1
+            duration = cost.step_time(batch, prev, idle_s, since_idle)
             prev = batch
             if not duration >= 0.0:
                 raise ValueError(f"cost model returned {duration!r} s for step {batch.step}")

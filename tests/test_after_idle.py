@@ -10,6 +10,7 @@ import pytest
 
 from engine.core import SamplingParams
 from engine.core.records import ArrivalSpec
+from engine.core.results import step_kind
 from engine.core.shapes import TINY
 from loopserve.fidelity.world import WorldRun
 from loopserve.runs.metrics import summarize
@@ -78,9 +79,9 @@ class _Recording:
     def __init__(self, cost: CalibratedCost) -> None:
         self.cost, self.calls = cost, []  # type: ignore[var-annotated]
 
-    def step_time(self, batch, prev=None, idle_s=0.0):  # type: ignore[no-untyped-def]
-        self.calls.append((batch, idle_s))
-        return self.cost.step_time(batch, prev, idle_s)
+    def step_time(self, batch, prev=None, idle_s=0.0, since_idle=0):  # type: ignore[no-untyped-def]
+        self.calls.append((batch, idle_s, since_idle))
+        return self.cost.step_time(batch, prev, idle_s, since_idle)
 
     def breakdown(self, batch):  # type: ignore[no-untyped-def]
         return self.cost.breakdown(batch)
@@ -92,38 +93,67 @@ def _first_batch(cost: CalibratedCost):  # type: ignore[no-untyped-def]
     return rec.calls[0][0]
 
 
+def _two(arm: str, cost: object):  # type: ignore[no-untyped-def]
+    # b arrives 2 s after a started, long after a finished: its first step follows a wait;
+    # every other step runs back to back.
+    return simulate(make_config(arm), ListSource([_spec("a", 0.0), _spec("b", 2.0)]),
+                    cost).steps  # type: ignore[arg-type]
+
+
 @pytest.mark.parametrize("arm", ["atomic", "per_depth", "mixed"])
-def test_the_simulator_charges_only_the_step_after_a_wait(arm: str) -> None:
-    # b arrives 2 s after a started, long after a finished: its first step follows 2 s minus
-    # a's run of idle; every other step runs back to back.
+def test_the_simulator_charges_the_step_after_a_wait(arm: str) -> None:
     rec = _Recording(CalibratedCost(_profile()))
-    steps = simulate(make_config(arm), ListSource([_spec("a", 0.0), _spec("b", 2.0)]), rec).steps
-    idle = [i for _, i in rec.calls]
-    waited = [k for k, i in enumerate(idle) if i > 0]
+    steps = _two(arm, rec)
+    waited = [k for k, (_, idle, since) in enumerate(rec.calls) if idle > 0 and since == 0]
     assert len(waited) == 1
     k = waited[0]
-    assert steps.start_s[k] == 2.0 and idle[k] == pytest.approx(2.0 - steps.end_s[k - 1])
-    batch = rec.calls[k][0]
-    cost = rec.cost
+    _, idle, _ = rec.calls[k]
+    assert steps.start_s[k] == 2.0 and idle == pytest.approx(2.0 - steps.end_s[k - 1])
+    assert [c[1:] for c in rec.calls[k:]] == [(idle, n) for n in range(len(rec.calls) - k)]
+    assert all(c[1] == 0.0 for c in rec.calls[:k])
+    batch, cost = rec.calls[k][0], rec.cost
     assert steps.end_s[k] - steps.start_s[k] == pytest.approx(
         AFTER_2S[arm] * cost.execute_time(batch, rec.calls[k - 1][0]) + 5e-5)
-    # without the term the same run is the same but for that one step's length
-    plain = simulate(make_config(arm), ListSource([_spec("a", 0.0), _spec("b", 2.0)]),
-                     CalibratedCost(_profile(None))).steps
+    # without the term the same run is the same but for that one step's length (no `later`)
+    plain = _two(arm, CalibratedCost(_profile(None)))
     assert plain.start_s[:k + 1] == steps.start_s[:k + 1]
     assert plain.end_s[k] < steps.end_s[k]
+    assert [b - a for a, b in zip(plain.start_s[k + 1:], plain.end_s[k + 1:], strict=True)] == \
+        pytest.approx([b - a for a, b in zip(steps.start_s[k + 1:], steps.end_s[k + 1:],
+                                             strict=True)])
+
+
+def test_later_steps_after_a_wait_pay_their_share_of_the_first_steps_extra() -> None:
+    curve = {**CURVE, "later": [0.5, 0.25]}
+    a = AfterIdle.model_validate(curve)
+    assert [a.factor(2.0, "prompt", n) for n in range(4)] == pytest.approx(
+        [1.5, 1.25, 1.125, 1.0])
+    rec = _Recording(CalibratedCost(_profile(curve)))
+    steps = _two("per_depth", rec)
+    k = next(i for i, (_, idle, since) in enumerate(rec.calls) if idle > 0 and since == 0)
+    for n, share in ((1, 0.5), (2, 0.25), (3, 0.0)):
+        batch, prev = rec.calls[k + n][0], rec.calls[k + n - 1][0]
+        warm = rec.cost.execute_time(batch, prev)
+        kind_extra = {"prompt": 0.5, "decode": 0.1}.get(step_kind(batch), 0.3)
+        assert steps.end_s[k + n] - steps.start_s[k + n] == pytest.approx(
+            (1 + share * kind_extra) * warm + 5e-5), n
 
 
 def test_fidelity_prices_a_measured_step_with_the_wait_before_it() -> None:
-    cost = CalibratedCost(_profile())
+    cost = CalibratedCost(_profile({**CURVE, "later": [0.5]}))
     rec = _Recording(cost)
     sim = simulate(make_config("atomic"), ListSource([_spec("a", 0.0), _spec("b", 2.0)]), rec)
-    batches = [b for b, _ in rec.calls]
+    batches = [c[0] for c in rec.calls]
     run = WorldRun(None, sim, batches, summarize(sim, TINY.num_depths))  # type: ignore[arg-type]
     predicted = run.predict(cost)
-    k = next(i for i, (_, idle) in enumerate(rec.calls) if idle > 0)
-    assert predicted[k] == pytest.approx(cost.execute_time(batches[k], batches[k - 1],
-                                                           rec.calls[k][1]))
+    k = next(i for i, (_, idle, since) in enumerate(rec.calls) if idle > 0 and since == 0)
+    idle = rec.calls[k][1]
+    assert predicted[k] == pytest.approx(cost.execute_time(batches[k], batches[k - 1], idle))
     assert predicted[k] > cost.execute_time(batches[k], batches[k - 1])
-    # back-to-back steps: no wait, whatever the host gap between them
-    assert predicted[k + 1] == cost.execute_time(batches[k + 1], batches[k])
+    # back to back after it, whatever the host gap between them: the later share, then none
+    assert predicted[k + 1] == pytest.approx(cost.execute_time(batches[k + 1], batches[k],
+                                                               idle, 1))
+    assert predicted[k + 1] > cost.execute_time(batches[k + 1], batches[k])
+    assert predicted[k + 2] == cost.execute_time(batches[k + 2], batches[k + 1])
+    assert predicted[:k] == [cost.execute_time(b, batches[i - 1] if i else None)
+                             for i, b in enumerate(batches[:k])]

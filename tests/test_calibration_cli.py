@@ -73,6 +73,7 @@ def test_quick_calibration_writes_a_valid_profile(calibrated: Path) -> None:
     assert prof.after_idle is not None and prof.after_idle.idle_s == [0.02, 0.2]
     assert set(prof.after_idle.extra) == {"prompt", "prefill", "decode"}
     assert all(len(v) == 2 and min(v) >= 0 for v in prof.after_idle.extra.values())
+    assert len(prof.after_idle.later) in (0, 3) and min(prof.after_idle.later, default=0) >= 0
 
 
 def test_json_out_writes_the_profile_and_its_side_files(tmp_path: Path) -> None:

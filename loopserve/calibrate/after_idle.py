@@ -6,7 +6,8 @@ ran 1.15-1.35x its warm time after 50 ms or more (``sim.cost.after_idle``). Here
 shape (a prompt chunk, an atomic prefill, a decode step) is timed warm and after each
 ``pauses`` wait, the waits visited in a new seeded order per round and spent as the real loop
 spends them (``engine.realtime.sleep_until``). Per shape's step kind and wait, the extra is
-median time after the wait / median warm time - 1, floored at 0.
+median time after the wait / median warm time - 1, floored at 0. The three runs after it,
+back to back, give ``later``: their extra as a share of the first one's.
 """
 
 from __future__ import annotations
@@ -24,6 +25,11 @@ from sim.cost.shape_grid import DecodeRow, PromptChunk, Shape
 
 PAUSES_S = (0.005, 0.02, 0.05, 0.2, 0.5)
 QUICK_PAUSES_S = (0.02, 0.2)
+# The runs after the first that are timed back to back after a wait (``AfterIdle.later``),
+# each as a share of the first one's extra, over the waits and shapes where that is large
+# enough to divide by.
+LATER_STEPS = 3
+SHARE_FROM_S, SHARE_MIN_EXTRA = 0.05, 0.05
 
 
 def idle_seconds(pauses_s: tuple[float, ...], rounds: int) -> float:
@@ -43,29 +49,40 @@ def idle_shapes(num_depths: int) -> dict[str, Shape]:
 
 def measure_after_idle(rig: CalibrationRig, *, pauses_s: tuple[float, ...] = PAUSES_S,
                        rounds: int = 9, seed: int = 0) -> IdleMeasurement:
-    """Time each of ``idle_shapes`` warm and after each wait, ``rounds`` times each."""
+    """Time each of ``idle_shapes`` warm, and after each wait the first ``1 + LATER_STEPS``
+    runs back to back, ``rounds`` times each."""
     timer = StepTimer(rig.runner.device)
     rng = random.Random(seed)
     warm_s: dict[str, float] = {}
     ratios: dict[str, list[float]] = {}
+    shares: list[list[float]] = [[] for _ in range(LATER_STEPS)]
     for name, shape in idle_shapes(rig.num_depths).items():
         batch, live = rig.build(shape)
         try:
             run = functools.partial(rig.runner.execute, batch)
             warm_up(run)
-            times: dict[float, list[float]] = {p: [] for p in (0.0, *pauses_s)}
+            times: dict[float, list[list[float]]] = {p: [] for p in (0.0, *pauses_s)}
             for _ in range(rounds):
                 order = list(times)
                 rng.shuffle(order)
                 for pause in order:
                     if pause > 0:
                         sleep_until(time.perf_counter() + pause)
+                        times[pause].append([timer(run)[0] for _ in range(1 + LATER_STEPS)])
                     else:  # warm: right after a like step, as the forced shapes are timed
                         run()
-                    times[pause].append(timer(run)[0])
+                        times[pause].append([timer(run)[0]])
         finally:
             rig.release(live)
-        warm_s[name] = statistics.median(times[0.0])
-        ratios[name] = [statistics.median(times[p]) / warm_s[name] for p in pauses_s]
+        warm = warm_s[name] = statistics.median(t[0] for t in times[0.0])
+        ratios[name] = [statistics.median(t[0] for t in times[p]) / warm for p in pauses_s]
+        for p in pauses_s:
+            first = statistics.median(t[0] for t in times[p]) / warm - 1.0
+            if p >= SHARE_FROM_S and first >= SHARE_MIN_EXTRA:
+                for k in range(LATER_STEPS):
+                    shares[k].append((statistics.median(t[k + 1] for t in times[p]) / warm - 1.0)
+                                     / first)
     extra = {name: [round(max(0.0, r - 1.0), 4) for r in rs] for name, rs in ratios.items()}
-    return IdleMeasurement(AfterIdle(idle_s=list(pauses_s), extra=extra), warm_s, ratios)
+    later = [round(max(0.0, statistics.median(v)), 4) for v in shares] if shares[0] else []
+    return IdleMeasurement(AfterIdle(idle_s=list(pauses_s), extra=extra, later=later), warm_s,
+                           ratios)

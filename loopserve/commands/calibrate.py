@@ -190,6 +190,7 @@ def summary(result: CalibrationResult) -> str:
         waits = "/".join(f"{1e3 * w:g}" for w in idle.after_idle.idle_s)
         shapes = "; ".join(f"{k} " + "/".join(f"x{r:.2f}" for r in v)
                            for k, v in idle.ratios.items())
+        later = "/".join(f"{f:.2f}" for f in idle.after_idle.later) or "-"
         lines.append(f"after idle (time over warm time of a step started {waits} ms after the "
-                     f"last): {shapes}")
+                     f"last): {shapes}; the next steps pay {later} of that extra")
     return "\n".join(lines)

@@ -28,10 +28,6 @@ from sim.cost.calibrated import CalibratedCost
 IDLE_FROM_S = 1e-3
 
 
-def _idle_s(gap_s: float) -> float:
-    return gap_s if gap_s >= IDLE_FROM_S else 0.0
-
-
 @dataclass
 class WorldRun:
     """One run in one world: records, the executed batches in order, metrics."""
@@ -50,9 +46,15 @@ class WorldRun:
         if not self.predicted_s:
             s = self.records.steps
             ends = [0.0, *s.end_s]
-            self.predicted_s = [cost.execute_time(b, self.batches[i - 1] if i else None,
-                                                  _idle_s(s.start_s[i] - ends[i]))
-                                for i, b in enumerate(self.batches)]
+            idle_s, since, out = 0.0, 0, []
+            for i, b in enumerate(self.batches):
+                if (gap := s.start_s[i] - ends[i]) >= IDLE_FROM_S:
+                    idle_s, since = gap, 0
+                else:
+                    since += 1
+                out.append(cost.execute_time(b, self.batches[i - 1] if i else None, idle_s,
+                                             since))
+            self.predicted_s = out
         return self.predicted_s
 
     def ratios(self, cost: CalibratedCost) -> list[float]:
@@ -77,9 +79,10 @@ class _Capture:
         self.cost = cost
         self.batches: list[Batch] = []
 
-    def step_time(self, batch: Batch, prev: Batch | None = None, idle_s: float = 0.0) -> float:
+    def step_time(self, batch: Batch, prev: Batch | None = None, idle_s: float = 0.0,
+                  since_idle: int = 0) -> float:
         self.batches.append(batch)
-        return float(self.cost.step_time(batch, prev, idle_s))
+        return float(self.cost.step_time(batch, prev, idle_s, since_idle))
 
     def breakdown(self, batch: Batch) -> dict[str, float]:
         return dict(self.cost.breakdown(batch))

@@ -11,7 +11,9 @@ The profile stores, per step kind and idle time, the extra fraction of the step'
 time. An engine idles only when it has no work, so the step after a wait holds only new
 requests' prompt work: a ``prefill`` (atomic) or ``prompt`` step, which differ (x1.23 and
 x1.42 after 200 ms on the small preset). ``loopserve.calibrate.after_idle`` measures both and
-a decode step; another kind takes the median of the measured ones.
+a decode step; another kind takes the median of the measured ones. The caches refill over
+more than one step: four prompt steps after 200 ms ran x1.41 / 1.17 / 1.10 / 1.04, so
+``later[k]`` charges step k + 1 after the wait that fraction of the first step's extra.
 """
 
 from __future__ import annotations
@@ -28,12 +30,15 @@ class AfterIdle(BaseModel):
     """Extra execute time of a step that starts ``idle_s`` after the previous step ended, as a
     fraction of that step's time: for its step kind, ``extra[kind][i]`` at ``idle_s[i]``,
     interpolated linearly in log idle time between points, held past the last point, and
-    going linearly to 0 at no idle time below the first."""
+    going linearly to 0 at no idle time below the first. The ``since`` + 1-th step after the
+    wait (back to back after the first) pays ``later[since - 1]`` of that extra, and none
+    past the end of ``later``."""
 
     model_config = ConfigDict(extra="forbid")
 
     idle_s: list[float]
     extra: dict[str, list[float]]
+    later: list[float] = []
 
     @model_validator(mode="after")
     def _consistent(self) -> AfterIdle:
@@ -52,23 +57,30 @@ class AfterIdle(BaseModel):
             if any(e < 0 for e in ext):
                 raise ValueError(f"extra.{kind}: must be >= 0 (a wait never makes a step "
                                  "faster)")
+        if any(f < 0 for f in self.later):
+            raise ValueError("later: must be >= 0 (fractions of the first step's extra)")
         return self
 
     def _median(self) -> list[float]:
         return [statistics.median(col) for col in zip(*self.extra.values(), strict=True)]
 
-    def factor(self, idle_s: float, kind: str) -> float:
-        """Execute-time multiplier of a ``kind`` step after ``idle_s`` seconds idle (1 for
-        none); a kind not measured takes the measured kinds' median."""
-        pts, ext = self.idle_s, self.extra.get(kind) or self._median()
-        if idle_s <= 0.0:
+    def factor(self, idle_s: float, kind: str, since: int = 0) -> float:
+        """Execute-time multiplier of a ``kind`` step, ``since`` steps after the first one
+        after ``idle_s`` seconds idle (1 for none); a kind not measured takes the measured
+        kinds' median."""
+        if idle_s <= 0.0 or since > len(self.later):
             return 1.0
+        share = 1.0 if since == 0 else self.later[since - 1]
+        return 1.0 + share * self._extra(idle_s, self.extra.get(kind) or self._median())
+
+    def _extra(self, idle_s: float, ext: list[float]) -> float:
+        pts = self.idle_s
         if idle_s <= pts[0]:
-            return 1.0 + ext[0] * idle_s / pts[0]
+            return ext[0] * idle_s / pts[0]
         if idle_s >= pts[-1]:
-            return 1.0 + ext[-1]
+            return ext[-1]
         i = 1
         while idle_s > pts[i]:
             i += 1
         w = math.log(idle_s / pts[i - 1]) / math.log(pts[i] / pts[i - 1])
-        return 1.0 + ext[i - 1] + w * (ext[i] - ext[i - 1])
+        return ext[i - 1] + w * (ext[i] - ext[i - 1])

@@ -27,11 +27,13 @@ class CostModel(Protocol):
     total (a roofline takes the max of memory and compute time per call).
     """
 
-    def step_time(self, batch: Batch, prev: Batch | None = None, idle_s: float = 0.0) -> float:
+    def step_time(self, batch: Batch, prev: Batch | None = None, idle_s: float = 0.0,
+                  since_idle: int = 0) -> float:
         """Simulated seconds the step takes; ``prev`` is the step that ran just before it on
         the same engine (None for the first), for models that charge for what it left in
-        the caches, and ``idle_s`` how long the engine sat idle between ``prev``'s end and
-        this step's start (0 back to back), for models that charge for a cold start."""
+        the caches. For models that charge for a cold start: ``idle_s`` is how long the
+        engine last sat idle (0 if it never has), and ``since_idle`` how many steps ran back
+        to back between the first step after that wait and this one (0: this is that step)."""
 
     def breakdown(self, batch: Batch) -> dict[str, float]:
         """Named cost terms of the step, in seconds, plus ``total_s``."""

@@ -30,8 +30,8 @@ class CalibratedCost:
     ``step_time`` = ``execute_time`` (the runner's ``execute``) + the host gap between steps
     (when the profile has ``step_gap``). ``execute_time`` is the stage's model plus, for a
     step that has them and a profile that measured them, the adaptive-exit extras
-    (``signals``, ``finalize``), times the profile's ``after_idle`` factor for a step that
-    starts ``idle_s`` after the previous one ended.
+    (``signals``, ``finalize``), times the profile's ``after_idle`` factor for a step
+    ``since_idle`` steps after the first one after an ``idle_s`` wait.
     """
 
     def __init__(
@@ -75,20 +75,21 @@ class CalibratedCost:
         return kind, fit
 
     def _execute_s(self, batch: Batch, prev: Batch | None, f: dict[str, float],
-                   idle_s: float) -> float:
+                   idle_s: float, since_idle: int) -> float:
         kind, fit = self._fit(batch, prev)
         t = fit.predict(f)
         for _, feature, extra in self._extras:
             if f[feature] > 0:
                 t += extra.predict(f)
         if idle_s > 0.0 and self._idle is not None:
-            t *= self._idle.factor(idle_s, kind)
+            t *= self._idle.factor(idle_s, kind, since_idle)
         return t
 
-    def execute_time(self, batch: Batch, prev: Batch | None = None, idle_s: float = 0.0) -> float:
-        """Predicted seconds of the runner's ``execute(batch)`` alone, after ``prev``, which
-        ended ``idle_s`` before this step began."""
-        return self._execute_s(batch, prev, batch_features(batch), idle_s)
+    def execute_time(self, batch: Batch, prev: Batch | None = None, idle_s: float = 0.0,
+                     since_idle: int = 0) -> float:
+        """Predicted seconds of the runner's ``execute(batch)`` alone, after ``prev``, and
+        ``since_idle`` steps after the first one after an ``idle_s`` wait."""
+        return self._execute_s(batch, prev, batch_features(batch), idle_s, since_idle)
 
     def _gap_s(self, features: dict[str, float]) -> float:
         return 0.0 if self._gap is None else self._gap.predict(features)
@@ -97,9 +98,10 @@ class CalibratedCost:
         """Predicted host seconds between the previous step's end and this step's start."""
         return self._gap_s(batch_features(batch))
 
-    def step_time(self, batch: Batch, prev: Batch | None = None, idle_s: float = 0.0) -> float:
+    def step_time(self, batch: Batch, prev: Batch | None = None, idle_s: float = 0.0,
+                  since_idle: int = 0) -> float:
         f = batch_features(batch)
-        return self._execute_s(batch, prev, f, idle_s) + self._gap_s(f)
+        return self._execute_s(batch, prev, f, idle_s, since_idle) + self._gap_s(f)
 
     def breakdown(self, batch: Batch) -> dict[str, float]:
         fit = self._fit(batch)[1]

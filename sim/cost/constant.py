@@ -21,7 +21,8 @@ class ConstantCost:
         """Calls the step is charged for."""
         return batch.num_core_calls or 1
 
-    def step_time(self, batch: Batch, prev: Batch | None = None, idle_s: float = 0.0) -> float:
+    def step_time(self, batch: Batch, prev: Batch | None = None, idle_s: float = 0.0,
+                  since_idle: int = 0) -> float:
         return self.calls(batch) * self.core_call_s
 
     def breakdown(self, batch: Batch) -> dict[str, float]:

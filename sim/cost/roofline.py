@@ -48,7 +48,8 @@ class RooflineCost:
         self.host_call_s = hardware.host_call_s + hardware.host_layer_s * m.num_layers
         self.weights_s = self.weight_bytes / self._bw
 
-    def step_time(self, batch: Batch, prev: Batch | None = None, idle_s: float = 0.0) -> float:
+    def step_time(self, batch: Batch, prev: Batch | None = None, idle_s: float = 0.0,
+                  since_idle: int = 0) -> float:
         return self._cost(batch, None)
 
     def _call_s(self, rows: int, kv_tokens: int, ctx_sum: int, fused_rows: int) -> float:
