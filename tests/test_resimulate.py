@@ -27,3 +27,18 @@ def test_as_is_reproduces_the_fidelity_runs_simulation(result: Path) -> None:  #
         assert row["ttft_p50_ms"]["sim"] < out["variants"]["as is @ profile speed"][arm][
             "ttft_p50_ms"]["sim"]
     assert "without step_gap @ run speed" in table(out)
+
+
+def test_dropping_later_keeps_the_rest_of_after_idle() -> None:
+    from sim.cost.after_idle import AfterIdle
+    from sim.cost.profile import load_profile
+    from tests.helpers import profile_doc, stage
+    from tools.resimulate import _without
+
+    doc = profile_doc("tiny", "cpu", {"decode": stage(1e-3)})
+    doc["after_idle"] = {"idle_s": [0.1], "extra": {"prompt": [0.3]}, "later": [0.5]}
+    prof = load_profile(doc)
+    dropped = _without(prof, "after_idle.later").after_idle
+    assert dropped == AfterIdle(idle_s=[0.1], extra={"prompt": [0.3]}, later=[])
+    assert _without(prof, "after_idle").after_idle is None
+    assert prof.after_idle is not None and prof.after_idle.later == [0.5]  # not mutated

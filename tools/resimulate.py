@@ -25,7 +25,16 @@ from loopserve.schema import load_scenario
 from sim.cost.calibrated import CalibratedCost
 from sim.cost.profile import Profile
 
-PARTS = ("after_idle", "step_gap", "signals", "finalize")
+PARTS = ("after_idle", "after_idle.later", "step_gap", "signals", "finalize")
+
+
+def _without(profile: Profile, part: str) -> Profile:
+    if part == "after_idle.later":
+        if profile.after_idle is None:
+            return profile
+        return profile.model_copy(update={
+            "after_idle": profile.after_idle.model_copy(update={"later": []})})
+    return profile.model_copy(update={part: None})
 
 
 def resimulate(folder: Path, drops: list[str]) -> dict[str, Any]:
@@ -38,7 +47,7 @@ def resimulate(folder: Path, drops: list[str]) -> dict[str, Any]:
     ratio = doc["at_run_speed"]["step_time_ratio"] or 1.0
     variants: dict[str, Profile] = {"as is": cost.profile}
     for part in drops:
-        variants[f"without {part}"] = cost.profile.model_copy(update={part: None})
+        variants[f"without {part}"] = _without(cost.profile, part)
     out: dict[str, Any] = {"folder": str(folder), "run_speed": ratio, "variants": {}}
     for name, prof in variants.items():
         for speed, factor in (("profile", 1.0), ("run", ratio)):
