@@ -31,6 +31,7 @@ from engine.core.fake_executor import SignalFn
 from engine.core.records import ArrivalSource, RunRecorder, RunRecords
 from engine.core.run_loop import StepLoop, stall_message
 from sim.cost.base import CostModel
+from sim.cost.waits import Waits
 from sim.errors import SimulationDeadlock
 from sim.executor import SimExecutor
 
@@ -87,7 +88,7 @@ class _SimRun:
         now = env.now
         prev: Batch | None = None
         last_end = now  # back to back, a step starts where the last ended: no idle time
-        idle_s, since_idle = 0.0, 0  # the last wait, and steps run since the one after it
+        waits = Waits()
         while True:
             if feeder.next_due_s <= now:
                 feeder.submit_due(now)
@@ -104,11 +105,8 @@ class _SimRun:
                 continue
             start = now
             result = executor.execute(batch)
-            if start > last_end:
-                idle_s, since_idle = start - last_end, 0
-            else:
-                since_idle += 1
-            duration = cost.step_time(batch, prev, idle_s, since_idle)
+            waits.start(start - last_end)
+            duration = cost.step_time(batch, prev, waits.idle_s, waits.since_idle)
             prev = batch
             if not duration >= 0.0:
                 raise ValueError(f"cost model returned {duration!r} s for step {batch.step}")

@@ -17,7 +17,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from loopserve.fidelity.compare import _at_ref, _row
+from loopserve.fidelity.compare import errors_against
 from loopserve.fidelity.speed import scaled_profile
 from loopserve.fidelity.world import run_sim
 from loopserve.runs.plan import plan_runs
@@ -48,16 +48,16 @@ def resimulate(folder: Path, drops: list[str]) -> dict[str, Any]:
     variants: dict[str, Profile] = {"as is": cost.profile}
     for part in drops:
         variants[f"without {part}"] = _without(cost.profile, part)
+    measured = {arm: {m: e["measured"] for m, e in row.items()} for arm, row in doc["arms"].items()}
     out: dict[str, Any] = {"folder": str(folder), "run_speed": ratio, "variants": {}}
     for name, prof in variants.items():
         for speed, factor in (("profile", 1.0), ("run", ratio)):
             c = CalibratedCost(scaled_profile(prof, factor))
             runs = run_sim(replace(plan, costs={k: c for k in plan.costs}), progress=False)
+            errors = errors_against(plan, runs, measured)
             out["variants"][f"{name} @ {speed} speed"] = {
-                arm: {k: v for k, v in _row(_at_ref(plan, runs, arm), {
-                    m: e["measured"] for m, e in doc["arms"][arm].items()}).items()
-                    if k in ("itl_p50_ms", "ttft_p50_ms")}
-                for arm in plan.scenario.arms}
+                arm: {k: row[k] for k in ("itl_p50_ms", "ttft_p50_ms")}
+                for arm, row in errors.items()}
     return out
 
 

@@ -2,7 +2,7 @@
 
 The forced shapes of ``loopserve.calibrate.measure`` run back to back, warm. In serving, an
 arrival that finds the engine idle starts a step after a wait, and on a shared CPU that step
-ran 1.15-1.35x its warm time after 50 ms or more (``sim.cost.after_idle``). Here each probe
+ran 1.15-1.36x its warm time after 50 ms or more (``sim.cost.after_idle``). Here each probe
 shape (a prompt chunk, an atomic prefill, a decode step) is timed warm and after each
 ``pauses`` wait, the waits visited in a new seeded order per round and spent as the real loop
 spends them (``engine.realtime.sleep_until``). Per shape's step kind and wait, the extra is
@@ -53,7 +53,6 @@ def measure_after_idle(rig: CalibrationRig, *, pauses_s: tuple[float, ...] = PAU
     runs back to back, ``rounds`` times each."""
     timer = StepTimer(rig.runner.device)
     rng = random.Random(seed)
-    warm_s: dict[str, float] = {}
     ratios: dict[str, list[float]] = {}
     shares: list[list[float]] = [[] for _ in range(LATER_STEPS)]
     for name, shape in idle_shapes(rig.num_depths).items():
@@ -74,15 +73,14 @@ def measure_after_idle(rig: CalibrationRig, *, pauses_s: tuple[float, ...] = PAU
                         times[pause].append([timer(run)[0]])
         finally:
             rig.release(live)
-        warm = warm_s[name] = statistics.median(t[0] for t in times[0.0])
+        warm = statistics.median(t[0] for t in times[0.0])
         ratios[name] = [statistics.median(t[0] for t in times[p]) / warm for p in pauses_s]
-        for p in pauses_s:
-            first = statistics.median(t[0] for t in times[p]) / warm - 1.0
+        for p, ratio in zip(pauses_s, ratios[name], strict=True):
+            first = ratio - 1.0
             if p >= SHARE_FROM_S and first >= SHARE_MIN_EXTRA:
                 for k in range(LATER_STEPS):
                     shares[k].append((statistics.median(t[k + 1] for t in times[p]) / warm - 1.0)
                                      / first)
     extra = {name: [round(max(0.0, r - 1.0), 4) for r in rs] for name, rs in ratios.items()}
     later = [round(max(0.0, statistics.median(v)), 4) for v in shares] if shares[0] else []
-    return IdleMeasurement(AfterIdle(idle_s=list(pauses_s), extra=extra, later=later), warm_s,
-                           ratios)
+    return IdleMeasurement(AfterIdle(idle_s=list(pauses_s), extra=extra, later=later), ratios)

@@ -12,11 +12,10 @@ from sim.cost.profile import Profile
 
 @dataclass
 class IdleMeasurement:
-    """``loopserve.calibrate.after_idle``'s result: the fitted term and, per shape, its warm
-    median and time ratio after each wait."""
+    """``loopserve.calibrate.after_idle``'s result: the fitted term and, per shape, its time
+    over its warm time after each wait (for the calibration's table)."""
 
     after_idle: AfterIdle
-    warm_s: dict[str, float]
     ratios: dict[str, list[float]]  # per shape, one per pause in after_idle.idle_s
 
 

@@ -76,9 +76,16 @@ def _row(sim: list[WorldRun], measured: dict[str, float | None]) -> ArmErrors:
 
 def arm_errors(plan: Plan, sim: list[WorldRun], real: list[WorldRun]) -> dict[str, ArmErrors]:
     """Per arm at the reference point: each metric's sim median against the measured median."""
-    return {arm: _row(_at_ref(plan, sim, arm), {
+    return errors_against(plan, sim, {arm: {
         name: _median([metric(r.metrics, key, sub) for r in _at_ref(plan, real, arm)])
-        for name, (key, sub) in METRICS.items()}) for arm in plan.scenario.arms}
+        for name, (key, sub) in METRICS.items()} for arm in plan.scenario.arms})
+
+
+def errors_against(plan: Plan, sim: list[WorldRun],
+                   measured: dict[str, dict[str, float | None]]) -> dict[str, ArmErrors]:
+    """Per arm at the reference point: each metric's sim median against ``measured[arm]``
+    (a fidelity.json's measured medians, say)."""
+    return {arm: _row(_at_ref(plan, sim, arm), measured[arm]) for arm in plan.scenario.arms}
 
 
 def _vs_fastest(plan: Plan, sim: list[WorldRun],

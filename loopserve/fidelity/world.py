@@ -22,6 +22,7 @@ from loopserve.runs.sweep import SweepPoint
 from loopserve.targets.base import RunSpec
 from sim.cost.base import CostModel
 from sim.cost.calibrated import CalibratedCost
+from sim.cost.waits import Waits
 
 # A real loop's host gap between back-to-back steps (0.03-0.2 ms) is no idle time; the
 # simulator prices it in ``step_gap`` and starts the next step at once.
@@ -46,14 +47,11 @@ class WorldRun:
         if not self.predicted_s:
             s = self.records.steps
             ends = [0.0, *s.end_s]
-            idle_s, since, out = 0.0, 0, []
+            waits, out = Waits(IDLE_FROM_S), []
             for i, b in enumerate(self.batches):
-                if (gap := s.start_s[i] - ends[i]) >= IDLE_FROM_S:
-                    idle_s, since = gap, 0
-                else:
-                    since += 1
-                out.append(cost.execute_time(b, self.batches[i - 1] if i else None, idle_s,
-                                             since))
+                waits.start(s.start_s[i] - ends[i])
+                out.append(cost.execute_time(b, self.batches[i - 1] if i else None,
+                                             waits.idle_s, waits.since_idle))
             self.predicted_s = out
         return self.predicted_s
 

@@ -43,8 +43,9 @@ Optional parts (absent in older files, which keep loading):
   instead of after a like call. The model uses it for a decode step whose previous step was
   prompt, prefill or mixed work (``step_time(batch, prev)``): that work evicts the decode
   rows' KV and weights from the caches, which costs 5-15% on a CPU at long contexts;
-- ``after_idle`` (``sim.cost.after_idle.AfterIdle``): the extra execute time of the first step
-  after the engine sat idle, by idle time (``step_time(batch, prev, idle_s)``).
+- ``after_idle`` (``sim.cost.after_idle.AfterIdle``): the extra execute time of the first steps
+  after the engine sat idle, by step kind and idle time (``step_time(batch, prev, idle_s,
+  since_idle)``, counted by ``sim.cost.waits``).
 """
 
 from __future__ import annotations
