@@ -34,8 +34,7 @@ lint: $(STAMP)
 # Python sources (what the GPU image, a different Python, runs).
 test: lint native
 	LOOPSERVE_EXPECT_NATIVE=1 $(BIN)/python -m pytest
-	LOOPSERVE_NATIVE=0 $(BIN)/python -m pytest tests/test_core_*.py tests/test_sim_*.py \
-		tests/test_conformance.py
+	LOOPSERVE_NATIVE=0 $(BIN)/python -m pytest tests/core tests/sim
 
 sim: native
 	$(BIN)/loopserve run scenarios/interference.yaml --target sim

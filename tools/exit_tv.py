@@ -8,7 +8,7 @@ seeds, once from each exit profile:
 - ``--measured``: a profile of the workload's own requests (``loopserve exit-profile
   --scenario SCENARIO --repeats N`` with the thresholds as regimes). Its replay takes, token
   for token, the exits the real runner took (the measurement checks each row against the
-  runner's depth; ``tests/test_exit_regime.py`` checks the replay against real runs), so it
+  runner's depth; ``tests/loopserve/test_exit_regime.py`` checks the replay against real runs), so it
   stands for the measured runs here;
 - each ``--profile``: measured on other prompts (``--independent`` draws, or generated ones).
 

@@ -43,7 +43,7 @@ STEP_RECORD_BYTES = 64  # one step in StepTable's columns (59 B a row)
 REQUEST_RECORD_BYTES = 1024  # one RequestRecord and its arrival spec
 RUN_BYTES = 256 << 10  # what any run keeps besides (under 0.2 MiB measured)
 # Steps are counted as one per 4 output tokens: fewer than a loaded run has (one per token
-# and decoder), more than the lightest (one per token); tests/test_footprint.py holds the
+# and decoder), more than the lightest (one per token); tests/loopserve/test_footprint.py holds the
 # whole estimate between what three such workloads hold and 4x that.
 DECODE_ROWS_PER_STEP = 4
 WRITE_FACTOR = 1.5  # writing builds the record tables beside the records

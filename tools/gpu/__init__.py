@@ -16,7 +16,7 @@ next one runs; the exit status is non-zero at the end if any failed):
 Results go to ``$OUT`` when set, else ``results/gpu/<date>/`` (``results/gpu-dryrun/`` for the
 CPU dry run), within the device machine's limits (8 files, 16 MiB each, 2 folders deep); a
 short table is printed last. ``--device cpu`` is the dry run: the same stages with the
-``tiny`` model and tiny sizes, run by CI through tests/test_gpu_check.py.
+``tiny`` model and tiny sizes, run by CI through tests/tools/test_gpu_check.py.
 
 The script itself uses the standard library only; torch and the project run in subprocesses.
 Modules: ``check`` (the driver and the command line), ``context`` (the running ``Check``),

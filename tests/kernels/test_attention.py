@@ -106,7 +106,7 @@ def test_prompt_rows_are_causal_and_decode_rows_ignore_padding() -> None:
 
 
 def test_backend_registry() -> None:
-    assert available_backends()[0] == "torch"  # triton: tests/test_attention_triton.py
+    assert available_backends()[0] == "torch"  # triton: tests/kernels/test_attention_triton.py
     with pytest.raises(ValueError, match="'flash_attn' is not available"):
         get_backend("flash_attn")
     with pytest.raises(ValueError, match="unknown backend 'x'"):

@@ -20,7 +20,7 @@ from tools.gpu.check import run, run_stage
 from tools.gpu.context import Check
 from tools.gpu.stages import StageSpec
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 STAGE_NAMES = [s.name for s in gpu_stages.STAGES]
 
 

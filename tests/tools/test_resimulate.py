@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.test_fidelity import files, profile, result  # noqa: F401  (fixtures)
+from tests.loopserve.test_fidelity import files, profile, result  # noqa: F401  (fixtures)
 from tools.resimulate import resimulate, table
 
 

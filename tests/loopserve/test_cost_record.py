@@ -13,7 +13,7 @@ import pytest
 from loopserve.cli import main
 from tests.scenario_fixtures import tiny, write_scenario
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 PROFILE = REPO / "results" / "profiles" / "cpu-small.json"
 
 

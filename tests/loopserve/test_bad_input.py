@@ -1,6 +1,6 @@
 """Bad input, table-driven (issue 13): every case exits 2 with one line naming the problem,
 no traceback, and nothing written. Grow the table with every new case.
-``python -m tests.test_bad_input`` prints the tally (cases, exit 2, tracebacks, silent
+``python -m tests.loopserve.test_bad_input`` prints the tally (cases, exit 2, tracebacks, silent
 accepts)."""
 
 from __future__ import annotations
@@ -197,5 +197,5 @@ def tally() -> dict[str, int]:
     return counts
 
 
-if __name__ == "__main__":  # python -m tests.test_bad_input
+if __name__ == "__main__":  # python -m tests.loopserve.test_bad_input
     print("bad input: " + ", ".join(f"{v} {k}" for k, v in tally().items()))

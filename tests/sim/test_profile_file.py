@@ -13,7 +13,7 @@ import pytest
 from sim.cost.profile import PROFILE_FORMAT, load_profile
 from sim.exit_profile import EXIT_PROFILE_FORMAT, load_exit_profile
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 LOADERS: list[tuple[Callable[[Any], Any], str, str, str]] = [
     (load_profile, PROFILE_FORMAT, "cost.profile", "re-run calibration"),
     (load_exit_profile, EXIT_PROFILE_FORMAT, "exit.profile", "loopserve exit-profile"),

@@ -9,7 +9,7 @@ import pytest
 
 from tools.architecture import check, imports_of, project_modules
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_the_project_follows_its_import_rules() -> None:

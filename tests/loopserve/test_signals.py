@@ -19,7 +19,7 @@ from loopserve.outputs import records
 from loopserve.runs import interrupts
 from tests.scenario_fixtures import tiny, write_scenario
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 
 def _start(tmp_path: Path, *args: str) -> subprocess.Popen[str]:

@@ -133,7 +133,7 @@ def test_stalled_core_raises_deadlock_instead_of_looping() -> None:
         "from sim import SimulationDeadlock, make_cost_model, simulate\n"
         "from engine.core.shapes import TINY\n"
         "from tests.helpers import ListSource, make_config\n"
-        "from tests.test_sim_driver import spec\n"
+        "from tests.sim.test_sim_driver import spec\n"
         "EngineCore.schedule = lambda self, now: None\n"
         "try:\n"
         "    simulate(make_config('mixed'), ListSource([spec('a', 8, 2)]),\n"

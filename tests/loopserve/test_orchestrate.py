@@ -143,7 +143,7 @@ def test_cost_auto_picks_the_checked_in_profile_or_the_roofline() -> None:
     from sim.cost.calibrated import CalibratedCost
     from sim.cost.roofline import RooflineCost
 
-    repo = Path(__file__).resolve().parents[1]
+    repo = Path(__file__).resolve().parents[2]
     cpu = load_scenario(repo / "scenarios" / "interference-cpu.yaml", [])
     assert cpu.cost.kind == "auto"
     assert (repo / "results" / "profiles" / "cpu-small.json").is_file()

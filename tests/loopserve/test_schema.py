@@ -195,7 +195,7 @@ def test_trace_path_resolves_next_to_the_scenario(tmp_path: Path) -> None:
     assert Path(scn.workload.path) == (sub / "t.csv").resolve()
 
 
-SCENARIOS = sorted((Path(__file__).resolve().parent.parent / "scenarios").glob("*.yaml"))
+SCENARIOS = sorted((Path(__file__).resolve().parents[2] / "scenarios").glob("*.yaml"))
 
 
 @pytest.mark.parametrize("path", SCENARIOS, ids=[p.stem for p in SCENARIOS])
@@ -208,7 +208,7 @@ def test_shipped_scenarios_plan_cleanly(path: Path) -> None:
 
 
 def test_runner_num_threads_is_validated() -> None:
-    repo = Path(__file__).resolve().parents[1]
+    repo = Path(__file__).resolve().parents[2]
     scn = load_scenario(repo / "scenarios" / "interference-cpu.yaml", [])
     assert scn.runner.num_threads == 1
     with pytest.raises(UserError, match="num_threads"):

@@ -14,9 +14,9 @@ from loopserve.bench import client
 from loopserve.bench.datasets import SampleRequest
 from loopserve.bench.synthetic import write
 from loopserve.cli import main
+from tests.loopserve.test_bench_results import VLLM_KEYS
 from tests.reference import fixtures  # noqa: F401 - one torch thread
 from tests.server_helpers import Running, running_server
-from tests.test_bench_results import VLLM_KEYS
 
 
 @pytest.fixture(scope="module")

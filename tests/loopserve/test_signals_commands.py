@@ -20,7 +20,7 @@ from loopserve.cli import main
 from loopserve.report import page
 from tests.scenario_fixtures import tiny, write_scenario
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 ENV = {**os.environ, "PYTHONPATH": str(REPO)}
 
 

@@ -226,7 +226,7 @@ def test_exit_profile_command_writes_a_loadable_file(tmp_path: Path) -> None:
 
 
 def test_checked_in_small_profile_loads() -> None:
-    root = Path(__file__).resolve().parents[1]
+    root = Path(__file__).resolve().parents[2]
     prof = load_exit_profile(root / "results" / "profiles" / "cpu-small.exits.json")
     assert prof.model == "small" and prof.num_depths == 4
     assert prof.provenance.num_tokens == len(prof.lambdas) >= 1000

@@ -17,7 +17,7 @@ def _loaded_after(imports: str, candidates: tuple[str, ...]) -> list[str]:
 def _all_modules(package: str) -> str:
     """Every module of ``package`` (found on disk, so a new one cannot be missed), joined
     for an import statement."""
-    root = pathlib.Path(__file__).resolve().parents[1]
+    root = pathlib.Path(__file__).resolve().parents[2]
     names = []
     for path in sorted((root / package.replace(".", "/")).rglob("*.py")):
         parts = list(path.relative_to(root).with_suffix("").parts)

@@ -13,7 +13,7 @@ import pytest
 from loopserve.fidelity.speed import scaled_profile
 from sim.cost.calibrated import CalibratedCost
 from sim.cost.profile import load_profile
-from tests.test_fidelity import files, profile, result  # noqa: F401  (fixtures)
+from tests.loopserve.test_fidelity import files, profile, result  # noqa: F401  (fixtures)
 
 
 def test_the_factor_is_measured_over_predicted_step_time(result: Path) -> None:  # noqa: F811

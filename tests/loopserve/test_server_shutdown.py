@@ -18,7 +18,7 @@ from pathlib import Path
 import httpx2
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def _stream(url: str, max_tokens: int, out: dict, started: threading.Event) -> None:

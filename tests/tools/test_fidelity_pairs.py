@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.test_fidelity import SCENARIO, profile
+from tests.loopserve.test_fidelity import SCENARIO, profile
 from tools import fidelity_pairs
 
 

@@ -12,7 +12,7 @@ import yaml
 from loopserve.bench.synthetic import write
 from loopserve.cli import main
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def _scenario(tmp_path: Path, **workload: object) -> Path:
