@@ -81,13 +81,6 @@ def arm_errors(plan: Plan, sim: list[WorldRun], real: list[WorldRun]) -> dict[st
         for name, (key, sub) in METRICS.items()} for arm in plan.scenario.arms})
 
 
-def errors_against(plan: Plan, sim: list[WorldRun],
-                   measured: dict[str, dict[str, float | None]]) -> dict[str, ArmErrors]:
-    """Per arm at the reference point: each metric's sim median against ``measured[arm]``
-    (a fidelity.json's measured medians, say)."""
-    return {arm: _row(_at_ref(plan, sim, arm), measured[arm]) for arm in plan.scenario.arms}
-
-
 def _vs_fastest(plan: Plan, sim: list[WorldRun],
                 real: list[WorldRun]) -> dict[str, FastestErrors] | None:
     """Per arm, the sim against the measured repeat with the shortest makespan (None with one

@@ -34,7 +34,6 @@ from sim.exit_profile import (
 )
 from tests.reference.dense import dense_hidden
 from tests.reference.fixtures import make_llm
-from tools import request_spread
 
 PROMPTS = generated_prompts(3, MODEL_SHAPES["tiny"].vocab_size, seed=5, low=6, high=12)
 MAX_TOKENS = 6
@@ -170,25 +169,6 @@ def test_the_profile_replaces_the_synthetic_stream_and_env_json_says_so(
     assert env["exit_model"]["0"]["kind"] == "profile"
     assert env["exit_model"]["0"]["via"] == "exit.profile"
     assert env["exit_model"]["0"]["draw"] == "request"
-
-
-def test_request_spread_reads_how_unlike_the_requests_are(profile_file: Path,
-                                                          tmp_path: Path) -> None:
-    docs = {}
-    for draw in ("request", "token"):
-        scn = tmp_path / f"{draw}.yaml"
-        spec = _scenario(str(profile_file), ["mixed"], draw=draw).model_dump()
-        scn.write_text(json.dumps({**spec, "outputs": {"tokens": True}}))
-        assert main(["run", str(scn), "--target", "sim", "--out", str(tmp_path / draw),
-                     "--no-progress"]) == 0
-        docs[draw] = request_spread.spread(tmp_path / draw)["mixed"]
-    assert docs["request"]["num_requests"] == docs["token"]["num_requests"] == 40
-    assert docs["request"]["loops_sd"] > 2 * docs["token"]["loops_sd"]
-    assert docs["request"]["tpot_cv"] > docs["token"]["tpot_cv"]
-    assert docs["request"]["p10_over_p50"] < docs["token"]["p10_over_p50"] <= 1.0
-    (tmp_path / "request" / "tokens.parquet").unlink()
-    with pytest.raises(SystemExit, match="outputs.tokens=true"):
-        request_spread.spread(tmp_path / "request")
 
 
 def test_bad_profiles_are_one_line_errors(profile_file: Path, tmp_path: Path,
