@@ -1,4 +1,4 @@
-"""One core call's inputs: row positions and attention metadata (DESIGN.md §8).
+"""One core call's inputs: row positions and attention metadata (docs/design.md).
 
 Rows are the (item, depth) pairs of the call in order, decode rows first; each reads the
 block table of its depth plane and writes one KV slot per token.

@@ -14,7 +14,7 @@ from engine.uploads import upload_ints
 
 
 class KVCache:
-    """The KV tensors of every layer, plus the finalize copy (DESIGN.md §4)."""
+    """The KV tensors of every layer, plus the finalize copy (docs/design.md)."""
 
     def __init__(
         self,

@@ -1,4 +1,4 @@
-"""The LLM facade: offline generate / stream on the real engine (DESIGN.md §7).
+"""The LLM facade: offline generate / stream on the real engine (docs/design.md).
 
 Each ``step`` is the real-time driver's step (``engine.realtime``) without a workload: the
 same schedule, execute-or-fail and ``StepLoop.after_step``.

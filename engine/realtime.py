@@ -1,4 +1,4 @@
-"""The real-time driver (DESIGN.md §7): ``run_realtime`` is the wall-clock twin of
+"""The real-time driver (docs/design.md): ``run_realtime`` is the wall-clock twin of
 ``sim.driver.simulate``: the same EngineCore, the same arrival handling and the same records
 (``engine.core.run_loop.StepLoop``), with a ModelRunner executing each batch.
 """

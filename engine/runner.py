@@ -1,4 +1,4 @@
-"""ModelRunner: executes the core's batches with torch on CPU or CUDA (DESIGN.md §7-§8).
+"""ModelRunner: executes the core's batches with torch on CPU or CUDA (docs/design.md).
 
 ``engine.call_metadata.prepare_call`` builds every row's metadata (position, depth plane,
 block table, context length, write slot) for a core call; a RECURRENT call packs decode rows (first) and

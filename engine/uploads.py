@@ -15,8 +15,8 @@ import torch
 
 def upload_ints(values: Sequence[int], device: torch.device) -> torch.Tensor:
     """``values`` as an int64 tensor on ``device``, without a host sync on CUDA."""
-    # Through array.array: three times faster than torch.tensor(list) (10 against 32 us for
-    # a 64-row core call's 330 ints), which was a quarter of the call's host time.
+    # Through array.array: about three times faster than torch.tensor(list), whose cost is a
+    # large share of a core call's host time (tools/host_bench.py measures it).
     host = torch.frombuffer(array.array("q", values), dtype=torch.int64) if values else (
         torch.empty(0, dtype=torch.int64))
     if device.type != "cuda":

@@ -17,7 +17,7 @@ scenario = load_scenario(SCENARIO, ["repeats=1", "sweep=null", "cost={kind: roof
 runs = execute(plan_runs(scenario, "sim"), progress=False)
 
 for run in runs:
-    steps = steps_frame(run.records)  # one row per scheduled batch (DESIGN.md §11)
+    steps = steps_frame(run.records)  # one row per scheduled batch (docs/design.md)
     requests = requests_frame(run.records)
     metrics = summarize(run.records)
     injected = requests[requests["injected"]]

@@ -1,4 +1,4 @@
-"""The SimPy driver: one arrival process and one engine process per run (DESIGN.md §7).
+"""The SimPy driver: one arrival process and one engine process per run (docs/design.md).
 
 Each engine turn::
 

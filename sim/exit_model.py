@@ -1,4 +1,4 @@
-"""Gate signals for the adaptive exit modes in simulation (DESIGN.md §5).
+"""Gate signals for the adaptive exit modes in simulation (docs/design.md).
 
 ``fixed``, ``trace`` and ``categorical`` are decided by the core from seeded per-request
 streams and need no signal. ``ouro``, ``ouro_delayed`` and ``random_lookahead`` read one

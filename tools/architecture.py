@@ -1,4 +1,4 @@
-"""The architecture's import rules (DESIGN.md §1), read from the source with ``ast``.
+"""The architecture's import rules (docs/design.md), read from the source with ``ast``.
 
 Every import of every project module counts, top-level, inside functions and under
 ``if TYPE_CHECKING:`` (a type-only cycle still ties the two modules together).

@@ -4,7 +4,7 @@
 (one arm, one repeat, no sweep, 64 req/s, far above what the arm serves) at two sizes in
 subprocesses, and reports each run's bytes on disk and peak resident memory, then the
 marginal cost per 1,000 requests (the slope between the two sizes) and the fixed part, with
-the 100k-request run they extrapolate to (the issue's target: at most 150 MB and 2 GB).
+the 100k-request run they extrapolate to (the target: at most 150 MB and 2 GB).
 Writes ``results/bench/<UTC timestamp>-outputs/outputs.json``.
 """
 

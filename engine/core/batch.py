@@ -1,4 +1,4 @@
-"""The step contract: what ``schedule`` hands an executor (DESIGN.md §7)."""
+"""The step contract: what ``schedule`` hands an executor (docs/design.md)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Paged KV bookkeeping: one block table per depth plane (DESIGN.md §4).
+"""Paged KV bookkeeping: one block table per depth plane (docs/design.md).
 
 Pure Python: the tensors live in the runner, which reads block ids from here. A request's
 planes grow together. Admission either claims a request's whole lifetime at once, or (with

@@ -131,7 +131,7 @@ class CacheConfig:
 
 @dataclass(frozen=True, slots=True)
 class ExitConfig:
-    """How decode tokens leave the loop (DESIGN.md §5). Per request, or engine default."""
+    """How decode tokens leave the loop (docs/design.md). Per request, or engine default."""
 
     mode: ExitMode = "fixed"
     exit_threshold: float = 1.0

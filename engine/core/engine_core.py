@@ -1,4 +1,4 @@
-"""EngineCore: the pure scheduling core both executors drive (DESIGN.md §7).
+"""EngineCore: the pure scheduling core both executors drive (docs/design.md).
 
     batch  = core.schedule(now)
     result = executor.execute(batch)

@@ -1,4 +1,4 @@
-"""The executor interface both worlds implement (DESIGN.md §7-§8)."""
+"""The executor interface both worlds implement (docs/design.md)."""
 
 from __future__ import annotations
 

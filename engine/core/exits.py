@@ -1,4 +1,4 @@
-"""Exit deciders (DESIGN.md §5): when a decode token leaves the loop.
+"""Exit deciders (docs/design.md): when a decode token leaves the loop.
 
 A decider is per request. ``start_token`` is called when a decode token enters the loop,
 ``needs_signal(depth)`` before each depth it runs, ``after_depth(loops_done, signal)`` after

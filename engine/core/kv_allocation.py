@@ -1,4 +1,4 @@
-"""A request's per-plane block tables, and the block pool's integrity check (DESIGN.md §4).
+"""A request's per-plane block tables, and the block pool's integrity check (docs/design.md).
 
 Kept apart from ``BlockManager``'s operations: the check runs only in tests and debugging,
 and restates every invariant the operations keep.

@@ -1,4 +1,4 @@
-"""The three arms (DESIGN.md §6). A policy picks one batch's stage and items per step
+"""The three arms (docs/design.md). A policy picks one batch's stage and items per step
 (``engine.core.scheduler.Policy``); ``Scheduler.schedule`` calls it."""
 
 from __future__ import annotations

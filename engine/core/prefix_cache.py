@@ -1,4 +1,4 @@
-"""Prefix caching across requests on per-depth KV planes (DESIGN.md §4).
+"""Prefix caching across requests on per-depth KV planes (docs/design.md).
 
 vLLM V1's automatic prefix caching, extended to looped models: only full prompt blocks are
 cached, and a block's hash chains its parent block's hash with the block's token ids, so one

@@ -1,4 +1,4 @@
-"""Typed executor results and the records both drivers log (DESIGN.md §7)."""
+"""Typed executor results and the records both drivers log (docs/design.md)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""What follows every step, written once for every driver (DESIGN.md §7).
+"""What follows every step, written once for every driver (docs/design.md).
 
 The SimPy driver, the real-time driver and ``LLM.step`` differ only in how time passes and
 how a batch is executed; after the execution all three hand the result to ``StepLoop``::

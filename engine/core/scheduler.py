@@ -1,5 +1,5 @@
 """The scheduler: admission, the stage queues, the fairness counter and the policy that
-composes the take helpers into a batch (DESIGN.md §6).
+composes the take helpers into a batch (docs/design.md).
 
 Taken requests leave their queue while their batch is in flight; ``EngineCore.apply`` hands
 them back (``requeue``). Prompt work returns to its admission-order position, so an item that

@@ -1,4 +1,4 @@
-"""The one table of model shapes (DESIGN.md §2 presets), and reading a shape from an HF
+"""The one table of model shapes (docs/design.md), and reading a shape from an HF
 ``config.json``.
 
 Only the facts the core and the cost models need; the real engine's presets

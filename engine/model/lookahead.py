@@ -1,5 +1,5 @@
 """The ``random_lookahead`` exit head: a frozen random Linear(hidden, 1), separate from the
-checkpoint, whose sigmoid reads as "exit after one more loop" (DESIGN.md §5)."""
+checkpoint, whose sigmoid reads as "exit after one more loop" (docs/design.md)."""
 
 from __future__ import annotations
 

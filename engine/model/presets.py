@@ -1,4 +1,4 @@
-"""Named model presets (DESIGN.md §2): the shapes of ``engine.core.shapes.MODEL_SHAPES``
+"""Named model presets (docs/design.md): the shapes of ``engine.core.shapes.MODEL_SHAPES``
 with the rope and init settings of each."""
 
 from __future__ import annotations

@@ -15,7 +15,7 @@ import torch
 from kernels.attention.base import AttentionBackend, AttentionMetadata, AttentionShape
 from kernels.attention.torch_ref import TorchRefBackend
 
-# Backends planned behind the same interface (DESIGN.md §8); none ships yet.
+# Backends planned behind the same interface (docs/design.md); none ships yet.
 _PLANNED = {
     "torch_varlen": "the adapter for torch's CUDA varlen attention is not implemented yet",
     "flash_attn": "the flash-attn adapter is not implemented yet",

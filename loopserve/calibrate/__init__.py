@@ -1,4 +1,4 @@
-"""The torch-using half of calibration (DESIGN.md §9): time the real runner on forced shapes
+"""The torch-using half of calibration (docs/design.md): time the real runner on forced shapes
 (``measure``), the host gap between real steps (``host_gap``), one whole calibration
 (``job``), and the allocator setting shared with real runs (``allocator``, no torch).
 

@@ -2,7 +2,7 @@
 
 The forced shapes of ``loopserve.calibrate.measure`` run back to back, warm. In serving, an
 arrival that finds the engine idle starts a step after a wait, and on a shared CPU that step
-ran 1.15-1.36x its warm time after 50 ms or more (``sim.cost.after_idle``). Here each probe
+runs slower than warm (``sim.cost.after_idle``; docs/fidelity.md, "Measured"). Here each probe
 shape (a prompt chunk, an atomic prefill, a decode step) is timed warm and after each
 ``pauses`` wait, the waits visited in a new seeded order per round and spent as the real loop
 spends them (``engine.realtime.sleep_until``). Per shape's step kind and wait, the extra is

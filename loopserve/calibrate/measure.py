@@ -229,9 +229,9 @@ def measure_shapes(
     """Rounds over ``shapes`` until each has ``repeats`` clean samples.
 
     Each visit runs the shape untimed a few times (after its predecessor: CODA after its
-    rows' last-depth decode, PRELUDE after their CODA), then times it. Serving's steps are
-    warm; one warm-up after an unrelated shape was not (a 1-row CODA read 1.7x, PRELUDE
-    1.6x, decode 1.05-1.15x its time among like steps). Requests are freed after each
+    rows' last-depth decode, PRELUDE after their CODA), then times it: serving's steps are
+    warm, and a single warm-up after an unrelated shape leaves small steps cold (the warm-up
+    row of docs/fidelity.md's "Measured"). Requests are freed after each
     visit. Each round visits the shapes short of samples in a new seeded order, and rounds
     stop at ``2 x repeats`` or before exceeding ``max_seconds`` (one round always runs);
     a shape with no clean sample falls back to its contended ones.

@@ -3,7 +3,7 @@ target (same configs, workloads and seeds), then compared.
 
     loopserve fidelity SCENARIO --profile FILE --target cpu|cuda [--out DIR] [--set k=v ...]
 
-Writes ``fidelity.json`` (DESIGN.md §9: ``step_mape``, ``step_max_error``, ``arms`` with the
+Writes ``fidelity.json`` (docs/design.md: ``step_mape``, ``step_max_error``, ``arms`` with the
 sim / measured / rel_error of six metrics per arm, ``same_batches``; plus per-kind and
 per-stage step errors, the host-gap error and the batch-sequence comparison), ``report.html``,
 ``steps.csv`` (both worlds, each measured step with its prediction), ``scenario.yaml`` and

@@ -1,5 +1,5 @@
 """``loopserve run`` and ``loopserve sweep``: plan a scenario, execute every run, write the run
-folder (DESIGN.md §11) and print the per-arm medians.
+folder (docs/design.md) and print the per-arm medians.
 
 Runs finish in memory before the output folder is staged and renamed, so bad input or an
 interrupted run leaves nothing behind.

@@ -1,5 +1,4 @@
-"""The comparison of a fidelity run's two worlds: the ``fidelity.json`` document (DESIGN.md
-§9), built from typed sections here and in ``batches``, ``drift``, ``tail`` and ``targets``,
+"""The comparison of a fidelity run's two worlds: the ``fidelity.json`` document (docs/design.md), built from typed sections here and in ``batches``, ``drift``, ``tail`` and ``targets``,
 and written by ``loopserve.commands.fidelity``.
 
 Per-step error: each measured batch is predicted with ``CalibratedCost.execute_time`` and

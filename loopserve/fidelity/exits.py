@@ -23,7 +23,7 @@ from loopserve.fidelity.world import WorldRun
 from loopserve.runs.plan import Plan
 from sim.exit_profile import depth_histogram, tv_distance
 
-EXIT_TV_LIMIT = 0.05  # issue 17's target for the simulated exit-depth distribution
+EXIT_TV_LIMIT = 0.05  # the target for the simulated exit-depth distribution
 NOISE_DRAWS = 400
 
 

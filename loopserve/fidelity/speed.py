@@ -1,11 +1,10 @@
 """The simulation again at the measured runs' own speed: the model's shape apart from the
 machine's speed.
 
-A profile is timed minutes before the runs, and a shared machine's speed moves by 10-20% in
-minutes. An open-loop workload amplifies that: on poisson-adaptive-cpu, every step 10% slower
-moves the simulated ITL p50 by about 17% (more decoders overlap, batches grow;
-results/fidelity/cpu-small/README.md, 2026-12-02 19:00). So a fidelity
-run also simulates with every term of the profile (stages, host gap, exit extras) scaled by
+A profile is timed minutes before the runs, and a shared machine's speed moves within
+minutes. An open-loop workload amplifies that: slower steps let more decoders overlap, so
+batches grow and the simulated ITL moves by more than the step time. So a fidelity run also
+simulates with every term of the profile (stages, host gap, exit extras) scaled by
 one factor, ``step_time_ratio``: the measured runs' step time over the profile's prediction of
 the same steps, summed over every step at the reference point. What error is left there
 is the model's: which steps run, how they batch, how their times differ from each other.

@@ -1,7 +1,7 @@
 """Whether a fidelity run meets the project's targets, and whether the machine held still
 long enough for the answer to mean anything.
 
-Targets (the calibration issue's, for the CPU ``small`` model): every arm's ITL p50 and
+Targets (for the CPU ``small`` model): every arm's ITL p50 and
 TTFT p50 within 10% of measured, ITL p99 within 15%. The machine counts as steady when each
 measured run's decode steps stayed within ``MAX_DRIFT_RANGE`` of their own level (the
 ``drift`` section), the reference probes after the runs read within ``MAX_PROBE_SHIFT`` of

@@ -1,4 +1,4 @@
-"""The record tables of a run folder (DESIGN.md §11): ``steps``, ``requests``,
+"""The record tables of a run folder (docs/design.md): ``steps``, ``requests``,
 ``itl_quantiles`` and, when asked for, ``tokens``, as Parquet (zstd, the default) or CSV
 (``outputs.format``), runs in execution order, columns fixed here.
 

@@ -1,4 +1,4 @@
-"""Load a finished run folder (the files of DESIGN.md §11) for plots and reports: the one
+"""Load a finished run folder (the files of docs/design.md) for plots and reports: the one
 reader of run folders, Parquet or CSV alike (``loopserve.outputs.tables``).
 
 ``loopserve run`` renders its report from the files it just wrote, through this module, so a

@@ -5,7 +5,7 @@ A table is written as a list of column sets (one per run, in execution order), e
 numpy array or ``Codes`` (small-int codes into a list of strings, None for a missing value).
 Parquet files are byte-identical for identical rows: no timestamps, fixed row groups, fixed
 encodings and a fixed schema (its metadata names the table). CSV writes floats with Python's
-shortest round-trip repr and a missing value as an empty field, as it always has.
+shortest round-trip repr and a missing value as an empty field.
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """The report's glossary: the terms its tables and plots use, in one or two sentences each
-(vLLM's metric definitions; the looped-model terms of DESIGN.md §0 and §6)."""
+(vLLM's metric definitions; the looped-model terms of docs/design.md)."""
 
 from __future__ import annotations
 

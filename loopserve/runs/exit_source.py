@@ -1,4 +1,4 @@
-"""Which exit model a simulated sweep point uses (DESIGN.md §5): a measured exit profile, the
+"""Which exit model a simulated sweep point uses (docs/design.md): a measured exit profile, the
 synthetic λ stream, or none (modes the core decides alone). Resolved once per point at plan
 time, so a bad profile fails before any run; the label goes to env.json."""
 

@@ -1,4 +1,4 @@
-"""Will the runs fit in memory? An estimate checked before any work (issue 13).
+"""Will the runs fit in memory? An estimate checked before any work.
 
 Three things grow with a scenario's sizes: the synthetic prompt ids of one run's source, the
 KV cache (the core's block bookkeeping; on a real target also the KV tensors, the prompt

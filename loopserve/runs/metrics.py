@@ -1,4 +1,4 @@
-"""Run metrics with vLLM's definitions (DESIGN.md §11) and the raw-row tables.
+"""Run metrics with vLLM's definitions (docs/design.md) and the raw-row tables.
 
 - TTFT = first_token_s - arrival_s, per request that produced a token;
 - TPOT = (finish_s - first_token_s) / (output_tokens - 1), per request with > 1 token;
@@ -154,7 +154,7 @@ def _frame(rows: Iterable[Any], columns: tuple[str, ...]) -> pd.DataFrame:
 
 
 def steps_frame(records: RunRecords) -> pd.DataFrame:
-    """steps.csv rows (DESIGN.md §11) without the arm/point_id/repeat columns."""
+    """steps.csv rows (docs/design.md) without the arm/point_id/repeat columns."""
     t = records.steps
     words = np.array(t.strings.values + [""], dtype=object)
     cols: dict[str, Any] = {name: np.array(getattr(t, name), dtype=np.int64)

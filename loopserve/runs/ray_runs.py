@@ -11,7 +11,7 @@ the same loopserve and see the same files (the cost profile, a trace workload) a
 paths: on a local Ray they share the driver's working directory and environment.
 
 A local Ray's workers are warmed as part of its start-up (``warm_workers``): each of the N
-worker processes imports the run modules (about 0.6 s) before the sweep's first task, which
+worker processes imports the run modules before the sweep's first task, which
 otherwise pays it inside the sweep.
 
 Ray is an optional extra (``pip install 'loopserve[ray]'``): asking for it without it

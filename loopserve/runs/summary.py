@@ -1,4 +1,4 @@
-"""summary.json rows (DESIGN.md §11): one per run, and medians per (arm, point) over repeats;
+"""summary.json rows (docs/design.md): one per run, and medians per (arm, point) over repeats;
 ``exit_depth_counts``: decode tokens by loops run, per (point, arm) (``runs.exit_depths``).
 
 Medians use the valid repeats when there are any (an invalid run is reported, never silently

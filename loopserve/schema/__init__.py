@@ -1,5 +1,5 @@
 """Scenario files: the pydantic schema, loading with ``--set`` overrides, and the conversion
-to the core's ``EngineConfig`` (DESIGN.md §10)."""
+to the core's ``EngineConfig`` (docs/design.md)."""
 
 from loopserve.schema.build import engine_config, exit_config, lifetime_bound, model_shape
 from loopserve.schema.load import load_scenario, parse_set, read_yaml, set_path, validate

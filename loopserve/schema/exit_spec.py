@@ -1,5 +1,5 @@
 """The scenario's ``exit`` section: how decode tokens leave the loop, and where the
-simulator's gate signals come from (DESIGN.md §5, docs/exit-profiles.md)."""
+simulator's gate signals come from (docs/design.md, docs/exit-profiles.md)."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ SIGNAL_EXIT_MODES = ("ouro", "ouro_delayed", "random_lookahead")
 
 
 class ExitSpec(StrictModel):
-    """Default exit config for every request (DESIGN.md §5).
+    """Default exit config for every request (docs/design.md).
 
     ``lambdas`` (simulator only): mean gate value λ per depth for the synthetic signal streams
     of the signal-driven modes (ouro, ouro_delayed, random_lookahead). ``trace`` (mode trace):

@@ -1,4 +1,4 @@
-"""The scenario schema (DESIGN.md §10): strict pydantic models, unknown keys rejected.
+"""The scenario schema (docs/design.md): strict pydantic models, unknown keys rejected.
 
 The scheduler section mirrors ``engine.core.SchedulerConfig`` (every field except ``arm``,
 which comes from ``arms``), generated from the dataclass so the two never drift apart. The
@@ -31,7 +31,7 @@ from loopserve.workloads.base import MAX_NUM_SEQS, MAX_REQUEST_TOKENS
 Scalar = bool | int | float | str
 # Fields a sweep or variant may not vary: they define the run itself.
 UNSWEEPABLE = ("name", "arms", "repeats", "sweep", "variants", "model", "outputs")
-# Upper bounds of sizes (issue 13); the memory estimate (loopserve.runs.footprint) covers
+# Upper bounds of sizes; the memory estimate (loopserve.runs.footprint) covers
 # what fits below them.
 SCHEDULER_BOUNDS = {"max_num_seqs": MAX_NUM_SEQS, "max_num_batched_tokens": MAX_REQUEST_TOKENS,
                     "prefill_chunk_size": MAX_REQUEST_TOKENS}

@@ -25,7 +25,7 @@ _PREFIX_STREAM = 0x70726678  # "prfx": shared prefixes' ids
 _CHOICE_STREAM = 0x63686F73  # "chos": which prefix a request starts with
 
 
-# Upper bounds (issue 13): past them a run cannot fit in memory, or means nothing.
+# Upper bounds: past them a run cannot fit in memory, or means nothing.
 MAX_REQUEST_TOKENS = 1 << 20  # one prompt or output: 1M tokens, past every supported context
 MAX_REQUESTS = 10_000_000  # requests of one run
 MAX_NUM_SEQS = 1 << 16  # requests running at once (scheduler.max_num_seqs, decoders)

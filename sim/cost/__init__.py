@@ -1,4 +1,4 @@
-"""Cost models: how long a scheduled batch takes in simulation (DESIGN.md §9)."""
+"""Cost models: how long a scheduled batch takes in simulation (docs/design.md)."""
 
 from __future__ import annotations
 

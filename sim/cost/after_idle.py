@@ -1,19 +1,17 @@
 """The first step after the engine sat idle runs slower: ``AfterIdle``, a profile part.
 
-Measured on the small preset's CPU runner (2026-12-03): a step run 50 ms or more after the
-one before it took 1.15-1.36x its time among back-to-back steps, with the wait spent asleep or
-spinning alike, so not the CPU's idle states; likelier, the neighbours on a shared machine
-evict the weights and KV from the caches while the engine waits. An open-loop workload at low load
-meets that on nearly every arrival: each request that finds the engine idle pays it on its
-first prompt step, which is most of its TTFT.
+A step run after a wait takes longer than the same step back to back, whether the wait is
+spent asleep or spinning: the caches lose the weights and KV while the engine waits (on a
+shared machine, to its neighbours). An open-loop workload at low load meets that on nearly
+every arrival: each request that finds the engine idle pays it on its first prompt step,
+which is most of its TTFT. The measured factors are in docs/fidelity.md ("Measured").
 
 The profile stores, per step kind and idle time, the extra fraction of the step's execute
 time. An engine idles only when it has no work, so the step after a wait holds only new
-requests' prompt work: a ``prefill`` (atomic) or ``prompt`` step, which differ (x1.15 and
-x1.52 after 200 ms in the small preset's checked-in profile). ``loopserve.calibrate.after_idle`` measures both and
-a decode step; another kind takes the median of the measured ones. The caches refill over
-more than one step: four prompt steps after 200 ms ran x1.41 / 1.17 / 1.10 / 1.04, so
-``later[k]`` charges step k + 1 after the wait that fraction of the first step's extra.
+requests' prompt work: a ``prefill`` (atomic) or ``prompt`` step, which differ.
+``loopserve.calibrate.after_idle`` measures both and a decode step; another kind takes the
+median of the measured ones. The caches refill over more than one step, so ``later[k]``
+charges step k + 1 after the wait that fraction of the first step's extra.
 """
 
 from __future__ import annotations

@@ -65,7 +65,7 @@ class CalibratedCost:
     def _fit(self, batch: Batch, prev: Batch | None = None) -> tuple[str, StageFit]:
         kind = stage_kind(batch, prev)
         if kind == "decode_after_prompt" and kind not in self._fits:
-            kind = "decode"  # a profile measured before the stage existed
+            kind = "decode"  # a profile without the stage
         fit = self._fits.get(kind)
         if fit is None:
             raise ValueError(

@@ -39,7 +39,7 @@ CANDIDATES["decode_after_prompt"] = CANDIDATES["decode"]  # the same call, colde
 CANDIDATES["signals"] = ("signal_rows",)
 CANDIDATES["finalize"] = ("finalize_copies",)
 # prompt_tokens: on a CPU a small chunk costs more per token than the big chunks' slope
-# says (at 16 tokens a depth, a prefill ran 1.4-1.5x a linear fit's price).
+# says, so the grid's prompt kinds fit a per-token term of their own.
 GRID_CANDIDATES: dict[str, tuple[str, ...]] = {
     "decode": ("decode_padded_context",),
     "mixed": ("decode_padded_context", "prompt_context", "prompt_tokens"),

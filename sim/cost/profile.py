@@ -42,7 +42,7 @@ Optional parts (absent in older files, which keep loading):
 - a ``decode_after_prompt`` stage: decode-only core calls measured right after a prompt step
   instead of after a like call. The model uses it for a decode step whose previous step was
   prompt, prefill or mixed work (``step_time(batch, prev)``): that work evicts the decode
-  rows' KV and weights from the caches, which costs 5-15% on a CPU at long contexts;
+  rows' KV and weights from the caches, which costs most on a CPU at long contexts;
 - ``after_idle`` (``sim.cost.after_idle.AfterIdle``): the extra execute time of the first steps
   after the engine sat idle, by step kind and idle time (``step_time(batch, prev, idle_s,
   since_idle)``, counted by ``sim.cost.waits``).

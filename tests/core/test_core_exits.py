@@ -1,4 +1,4 @@
-"""Exit deciders against hand-computed cases (DESIGN.md §5, ouro-model.md §3)."""
+"""Exit deciders against hand-computed cases (docs/design.md)."""
 
 import math
 

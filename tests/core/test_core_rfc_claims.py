@@ -1,5 +1,5 @@
 """RFC §2 claims with inputs where breaking them changes the result: decode items get the
-budget first, and prompt selection stops at the first item that does not fit (issue 13)."""
+budget first, and prompt selection stops at the first item that does not fit."""
 
 from __future__ import annotations
 

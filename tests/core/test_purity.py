@@ -1,5 +1,5 @@
 """engine.core stays free of torch, simpy and the clock; the simulator side of the project
-imports no torch (DESIGN.md §1)."""
+imports no torch (docs/design.md)."""
 
 import pathlib
 import subprocess

@@ -1,4 +1,4 @@
-"""Fault injection (issue 13): executors that raise before or after applying housekeeping,
+"""Fault injection: executors that raise before or after applying housekeeping,
 aborts at random points (between schedule and execute too, and mid-prompt at every depth),
 request-id reuse; on every arm, with the fake executor and the CPU runner on the tiny model.
 After every case every pool is whole, only a failed batch's requests ended with ``error``,

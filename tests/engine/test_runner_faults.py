@@ -1,4 +1,4 @@
-"""Issue 13 defects 1 and 7: a failed execute that never reached the runner's housekeeping,
+"""A failed execute that never reached the runner's housekeeping,
 and an abort between ``schedule`` and ``execute``. Only the failed batch's requests may end
 with ``error``, and every pool is whole afterwards."""
 

@@ -1,4 +1,4 @@
-"""Bad input, table-driven (issue 13): every case exits 2 with one line naming the problem,
+"""Bad input, table-driven: every case exits 2 with one line naming the problem,
 no traceback, and nothing written. Grow the table with every new case.
 ``python -m tests.loopserve.test_bad_input`` prints the tally (cases, exit 2, tracebacks, silent
 accepts)."""

@@ -1,5 +1,5 @@
 """``cost: auto`` does not depend on the working directory, and every run records the cost
-model that ran (issue 13 defect 9): summary.json and env.json ``cost_model``."""
+model that ran: summary.json and env.json ``cost_model``."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Exit profiles (issue 17): measured λ vectors are the model's own gates; the simulator draws
+"""Exit profiles: measured λ vectors are the model's own gates; the simulator draws
 whole rows from them (one measured prompt per request, or any row per token), keyed by
 (seed, request, position), the same in every arm; any
 threshold replays from one file; the synthetic fallback stays when no profile is given."""

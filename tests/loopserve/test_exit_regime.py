@@ -1,4 +1,4 @@
-"""Exit regimes (issue 17): rows measured with the exits on are the depths the real runner
+"""Exit regimes: rows measured with the exits on are the depths the real runner
 takes; a simulation of the same policy replays them (a workload's own tokens token for token);
 another policy falls back to the full-depth rows; bad regimes and flags are one-line errors."""
 

@@ -1,4 +1,4 @@
-"""The memory estimate checked before any work (issue 13 defect 5): it covers what a run
+"""The memory estimate checked before any work: it covers what a run
 really holds, reads the machine's available memory, and obeys LOOPSERVE_MEMORY_LIMIT."""
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """SIGINT and SIGTERM during simulation, measurement and writing: exit 130 / 143, one line,
-nothing written (issue 13 defects 2 and 3); a staging folder left by a SIGKILLed process is
+nothing written; a staging folder left by a SIGKILLed process is
 removed by the next run into the same parent."""
 
 from __future__ import annotations

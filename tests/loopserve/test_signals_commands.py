@@ -1,4 +1,4 @@
-"""SIGINT and SIGTERM end every long command, not only run/sweep (issue 13): calibrate,
+"""SIGINT and SIGTERM end every long command, not only run/sweep: calibrate,
 exit-profile, fidelity, report and bench serve exit 128 + signal with one line
 (``loopserve: interrupted by SIG...; nothing written``), no traceback and nothing written;
 a temp file a SIGKILLed writer left is removed by the next write into its folder."""

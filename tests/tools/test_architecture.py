@@ -1,4 +1,4 @@
-"""The import rules of DESIGN.md §1, read from every project module with ``ast``
+"""The import rules of docs/design.md, read from every project module with ``ast``
 (``tools/architecture.py``), and proof that the checker catches each kind of violation."""
 
 from __future__ import annotations

@@ -13,7 +13,7 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 from typing import Any
 
-# What comes back from $OUT on the device machine (/work/.library/device/README.md).
+# What comes back from $OUT on the device machine (docs/gpu.md, "Outputs").
 MAX_FILES = 8
 MAX_FILE_BYTES = 16 * 2**20
 MAX_DEPTH = 2  # folders below $OUT

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 import torch
 
-# Nominal H200 copy bandwidth (DESIGN.md §9), used for the floor when no ceiling was measured.
+# Nominal H200 copy bandwidth (docs/design.md), used for the floor when no ceiling was measured.
 NOMINAL_COPY_BPS = {"cuda": 4.3e12, "cpu": 1.0e10}
 
 
