@@ -43,7 +43,9 @@ class KVCache:
         """Flat slot of ``position`` in a plane with block table ``table``."""
         return table[position // self.block_size] * self.block_size + position % self.block_size
 
-    def read(self, layer: int, table: list[int], position: int) -> tuple[torch.Tensor, torch.Tensor]:
+    def read(
+        self, layer: int, table: list[int], position: int
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         """K and V ([kv_heads, head_dim]) stored at one position of one plane (for tests)."""
         s = self.slot(table, position)
         b, o = divmod(s, self.block_size)

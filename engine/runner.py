@@ -1,10 +1,10 @@
 """ModelRunner: executes the core's batches with torch on CPU or CUDA (docs/design.md).
 
 ``engine.call_metadata.prepare_call`` builds every row's metadata (position, depth plane,
-block table, context length, write slot) for a core call; a RECURRENT call packs decode rows (first) and
-prompt rows, a PREFILL step chains its core calls through the depths. Hidden state lives in
-two runner-owned pools: prompt items' [chunk, hidden] slots behind the core's handles, and each
-running request's one-row decode state.
+block table, context length, write slot) for a core call; a RECURRENT call packs decode rows
+(first) and prompt rows, a PREFILL step chains its core calls through the depths. Hidden state
+lives in two runner-owned pools: prompt items' [chunk, hidden] slots behind the core's handles,
+and each running request's one-row decode state.
 """
 
 from __future__ import annotations
@@ -61,7 +61,8 @@ class ModelRunner:
     ) -> None:
         shape = model.config.to_shape()
         if shape != engine_cfg.model:
-            raise ValueError(f"model: runner model shape {shape} differs from config {engine_cfg.model}")
+            raise ValueError(
+                f"model: runner model shape {shape} differs from config {engine_cfg.model}")
         self.model = model
         self.device = torch.device(device)
         self.dtype = dtype or default_dtype(self.device)

@@ -58,6 +58,7 @@ def sample(
         if p.temperature == 0.0:
             out[i] = int(host[i].argmax())
             continue
-        gen = torch.Generator().manual_seed(token_seed(p, request_ids[i], positions[i], default_seed))
+        gen = torch.Generator().manual_seed(
+            token_seed(p, request_ids[i], positions[i], default_seed))
         out[i] = int(torch.multinomial(filtered_probs(host[i], p), 1, generator=gen).item())
     return out

@@ -1,6 +1,6 @@
 """The ``loopserve`` command: parse the arguments and dispatch to the subcommand
-(``loopserve.commands``: run | sweep | capacity | report | calibrate | exit-profile | fidelity | serve;
-docs/design.md).
+(``loopserve.commands``: run | sweep | capacity | report | calibrate | exit-profile | fidelity |
+serve; docs/design.md).
 
 Bad input of any kind prints ``loopserve: error: <field>: <message>`` on one line and exits 2
 with nothing written.
@@ -45,7 +45,8 @@ def build_parser() -> argparse.ArgumentParser:
         description="Serving engine and simulator for looped language models.",
     )
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    for command in (run, capacity, report, calibrate, exit_profile, fidelity, serve, bench_serve, e2e):
+    for command in (run, capacity, report, calibrate, exit_profile, fidelity, serve, bench_serve,
+                    e2e):
         command.add_parser(sub)
     return p
 

@@ -1,4 +1,5 @@
-"""One markdown row per run folder, for the claim tables in docs/fidelity.md and docs/performance.md.
+"""One markdown row per run folder, for the claim tables of docs/fidelity.md and
+docs/performance.md.
 
 ``python -m tools.claims RUN_DIR... [--profile PATH]`` reads each folder and prints the table's
 header once per kind, then one row per folder:

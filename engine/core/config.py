@@ -142,7 +142,8 @@ class ExitConfig:
 
     def __post_init__(self) -> None:
         if self.mode not in EXIT_MODES:
-            raise ValueError(f"exit.mode: unknown mode {self.mode!r}; use one of {'|'.join(EXIT_MODES)}")
+            raise ValueError(
+                f"exit.mode: unknown mode {self.mode!r}; use one of {'|'.join(EXIT_MODES)}")
         if not (0.0 <= float(self.exit_threshold)):
             raise ValueError(f"exit.exit_threshold: must be >= 0, got {self.exit_threshold!r}")
         _positive("exit.min_loops", self.min_loops)
@@ -155,7 +156,8 @@ class ExitConfig:
         if self.mode == "categorical":
             if not self.probs:
                 raise ValueError("exit.probs: categorical mode needs one probability per depth")
-            if any(p < 0 for p in self.probs) or not math.isclose(sum(self.probs), 1.0, abs_tol=1e-6):
+            if any(p < 0 for p in self.probs) or not math.isclose(
+                    sum(self.probs), 1.0, abs_tol=1e-6):
                 raise ValueError(
                     f"exit.probs: must be non-negative and sum to 1, got {list(self.probs)}"
                 )

@@ -32,7 +32,8 @@ class FakeExecutor:
     ) -> None:
         self.seed = seed
         self.vocab_size = vocab_size
-        self.signal_fn = signal_fn or (lambda rid, pos, depth: _unit(seed, "signal", rid, pos, depth))
+        self.signal_fn = signal_fn or (
+            lambda rid, pos, depth: _unit(seed, "signal", rid, pos, depth))
         self.eos_token_id = eos_token_id
         self.num_signals_read = 0
         self.live_handles: set[int] = set()

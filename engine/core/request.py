@@ -43,7 +43,8 @@ class SamplingParams:
 
     def __post_init__(self) -> None:
         if not isinstance(self.max_tokens, int) or self.max_tokens < 1:
-            raise ValueError(f"sampling.max_tokens: must be an integer >= 1, got {self.max_tokens!r}")
+            raise ValueError(
+                f"sampling.max_tokens: must be an integer >= 1, got {self.max_tokens!r}")
         if self.temperature < 0:
             raise ValueError(f"sampling.temperature: must be >= 0, got {self.temperature!r}")
         if self.top_k < 0:

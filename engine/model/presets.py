@@ -26,4 +26,5 @@ def get_preset(name: str) -> OuroConfig:
     try:
         return PRESETS[name]
     except KeyError:
-        raise ValueError(f"model: unknown preset {name!r}; use one of {', '.join(PRESETS)}") from None
+        raise ValueError(
+            f"model: unknown preset {name!r}; use one of {', '.join(PRESETS)}") from None

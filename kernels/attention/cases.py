@@ -1,9 +1,10 @@
 """Random packed paged batches for checking and timing the attention backends.
 
 A case is a core call's worth of sequences, decode sequences (query length 1) first, then
-prompt sequences ``(context_len, query_len)``, each on its own randomly placed blocks of one shared cache, with
-random history already in the cache and random Q/K/V for the call's rows. Used by the
-correctness tests, ``python -m kernels.attention.bench`` and the GPU check's kernel stage.
+prompt sequences ``(context_len, query_len)``, each on its own randomly placed blocks of one
+shared cache, with random history already in the cache and random Q/K/V for the call's rows.
+Used by the correctness tests, ``python -m kernels.attention.bench`` and the GPU check's kernel
+stage.
 """
 
 from __future__ import annotations

@@ -130,7 +130,8 @@ def resources(cubin: bytes) -> dict[str, Any]:
                               check=True).stdout
     fields = dict(re.findall(r"(REG|STACK|SHARED|LOCAL):(\d+)", usage))
     ops = collections.Counter(re.findall(
-        r"\b(HGMMA|HMMA|LDL|STL|LDGSTS(?:\.\w+)*|LDG\.E(?:\.\w+)*|LDS(?:\.\w+)*|STG\.E(?:\.\w+)*)\b", sass))
+        r"\b(HGMMA|HMMA|LDL|STL|LDGSTS(?:\.\w+)*|LDG\.E(?:\.\w+)*|LDS(?:\.\w+)*"
+        r"|STG\.E(?:\.\w+)*)\b", sass))
     return {"registers": int(fields.get("REG", 0)), "stack_bytes": int(fields.get("STACK", 0)),
             "shared_bytes": int(fields.get("SHARED", 0)), "ops": dict(sorted(ops.items()))}
 

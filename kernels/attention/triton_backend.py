@@ -65,8 +65,9 @@ class TritonBackend(AttentionBackend):
     """One attention launch per layer for every sequence of a core call.
 
     ``split``: the split-KV policy (None: chunks of ``SPLIT_KEYS`` on CUDA; off on the CPU
-    interpreter, where more programs only cost time). ``kv_write``: ``triton`` (one launch for K and V) or ``index_copy``
-    (two ``index_copy_``). ``block_m`` / ``tile_n`` override the tile sizes (tests, bench).
+    interpreter, where more programs only cost time). ``kv_write``: ``triton`` (one launch for K
+    and V) or ``index_copy`` (two ``index_copy_``). ``block_m`` / ``tile_n`` override the tile
+    sizes (tests, bench).
     """
 
     name = "triton"

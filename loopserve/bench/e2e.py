@@ -145,7 +145,8 @@ def run_e2e(scenario: str, sets: list[str], target: str, out: str | None,
             arms[arm].update(sim)
         doc = {"scenario": scn.name, "model": scn.model, "target": target,
                "hardware": scn.hardware, "num_requests": len(work.requests),
-               "request_rate": getattr(scn.workload, "request_rate", None), "seed": scn.seed, "arms": arms}
+               "request_rate": getattr(scn.workload, "request_rate", None), "seed": scn.seed,
+               "arms": arms}
         atomic_write(tmp / "e2e.json", json.dumps(doc, indent=2) + "\n")
         table = report_markdown(doc)
         atomic_write(tmp / "report.md", table)

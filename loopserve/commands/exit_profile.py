@@ -10,11 +10,12 @@ Runs the real model over a prompt set (generated random-token prompts by default
 thing for random-weight presets; ``--prompts`` a ShareGPT-format JSON file, whose human
 turns are used, or a text file, one prompt per non-empty line, tokenized with the
 checkpoint's tokenizer; ``--scenario`` the requests the scenario's own workload submits, drawn
-as its repeats draw them or, ``--independent``, with other seeds) with every token going all D loops, and writes each decode
-token's gate values λ_0..λ_{D-1} (``sim.exit_profile``). Then once more per exit policy of
-``--regimes`` (default ouro at thresholds 0.5-0.9; with ``--scenario`` the scenario's own
-policy and cache layout) with the exits on, keeping each token's signal at the depths it ran:
-a simulation of that policy draws those rows (``sim.exit_regime``). Default output:
+as its repeats draw them or, ``--independent``, with other seeds) with every token going all D
+loops, and writes each decode token's gate values λ_0..λ_{D-1} (``sim.exit_profile``). Then
+once more per exit policy of ``--regimes`` (default ouro at thresholds 0.5-0.9; with
+``--scenario`` the scenario's own policy and cache layout) with the exits on, keeping each
+token's signal at the depths it ran: a simulation of that policy draws those rows
+(``sim.exit_regime``). Default output:
 ``results/profiles/<hardware>-<model>.exits.json``, the sibling a calibrated cost profile of
 the same name picks up (``<hardware>-<model>.<scenario>.exits.json`` with ``--scenario``,
 which the scenario names as ``exit.profile``). The file appears complete or not at all.

@@ -1,5 +1,6 @@
-"""The comparison of a fidelity run's two worlds: the ``fidelity.json`` document (docs/design.md), built from typed sections here and in ``batches``, ``drift``, ``tail`` and ``targets``,
-and written by ``loopserve.commands.fidelity``.
+"""The comparison of a fidelity run's two worlds: the ``fidelity.json`` document
+(docs/fidelity.md), built from typed sections here and in ``batches``, ``drift``, ``tail`` and
+``targets``, and written by ``loopserve.commands.fidelity``.
 
 Per-step error: each measured batch is predicted with ``CalibratedCost.execute_time`` and
 compared with its measured ``execute`` time, rel_error = (predicted - measured) / measured.
@@ -78,6 +79,13 @@ def arm_errors(plan: Plan, sim: list[WorldRun], real: list[WorldRun]) -> dict[st
     return errors_against(plan, sim, {arm: {
         name: _median([metric(r.metrics, key, sub) for r in _at_ref(plan, real, arm)])
         for name, (key, sub) in METRICS.items()} for arm in plan.scenario.arms})
+
+
+def errors_against(plan: Plan, sim: list[WorldRun],
+                   measured: dict[str, dict[str, float | None]]) -> dict[str, ArmErrors]:
+    """Per arm at the reference point: each metric's sim median against ``measured[arm]``
+    (a fidelity.json's measured medians, say)."""
+    return {arm: _row(_at_ref(plan, sim, arm), measured[arm]) for arm in plan.scenario.arms}
 
 
 def _vs_fastest(plan: Plan, sim: list[WorldRun],

@@ -3,8 +3,9 @@
 Sections: the runs (with the resolved cost model), a headline per sweep point, per-arm
 medians at the reference point (with spreads), arm ratios, which option is better on which
 metric (from the medians), the prefix cache (runs with it on), validity with reasons, the
-figures, ITL percentiles to p99.9, every sweep point, a glossary, and the resolved scenario. With several runs (e.g. sim and cpu) the tables gain a run column and the
-figures overlay the runs.
+figures, ITL percentiles to p99.9, every sweep point, a glossary, and the resolved scenario.
+With several runs (e.g. sim and cpu) the tables gain a run column and the figures overlay the
+runs.
 """
 
 from __future__ import annotations

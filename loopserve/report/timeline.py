@@ -142,7 +142,8 @@ def timeline_figure(runs: Sequence[RunData]) -> Figure:
                   & (req["arrival_s"] <= stop) & (req["first_token_s"] >= start)]
         any_injected |= not inj.empty
         draw_lane(ax, zip(steps["start_s"], steps["end_s"], steps["kind"], strict=True),
-                  _token_ticks(run, arm, req, steps, start, stop), zip(inj["arrival_s"], inj["first_token_s"], strict=True),
+                  _token_ticks(run, arm, req, steps, start, stop),
+                  zip(inj["arrival_s"], inj["first_token_s"], strict=True),
                   run.series_label(arm, multi), ttft_labels_until_s=stop)
     handles: list[Artist] = [Patch(color=c, label=KIND_LABELS[k]) for k, c in KIND_COLORS.items()]
     if any_injected:

@@ -3,8 +3,9 @@
 
 Medians use the valid repeats when there are any (an invalid run is reported, never silently
 mixed into the comparison), else all repeats. Every median carries its spread over those
-repeats (``spread``, mirroring the metrics' keys: ``loopserve.runs.spread``). For the simulator ``wall_s`` is null here so
-the file stays byte-identical across runs; the measured wall time goes to env.json.
+repeats (``spread``, mirroring the metrics' keys: ``loopserve.runs.spread``). For the simulator
+``wall_s`` is null here so the file stays byte-identical across runs; the measured wall time
+goes to env.json.
 """
 
 from __future__ import annotations

@@ -19,8 +19,8 @@ File format ``loopserve-profile/1`` (JSON, stored as
     }
 
 A step's execution time is ``intercept_s + sum(coef[i] * feature[features[i]])`` for the
-stage kind of the batch (``engine.core.results.step_kind``: decode | prompt | mixed | prefill | prelude |
-coda), clamped at 0. Feature names and definitions are those of ``sim.cost.features``. A
+stage kind of the batch (``engine.core.results.step_kind``: decode | prompt | mixed | prefill |
+prelude | coda), clamped at 0. Feature names and definitions are those of ``sim.cost.features``. A
 profile may omit stage kinds it was not measured on; predicting one of those is an error
 (mixed batches are measured, never extrapolated from prompt-only data). Fitting lives in
 ``sim.cost.fit``; measuring in ``loopserve.calibrate``.

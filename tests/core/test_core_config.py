@@ -31,7 +31,8 @@ def test_mixed_guard_boundary_and_message() -> None:
         assert part in msg
     # the RFC's defaults (chunk 128, 8 seqs, budget 128) fail; A0/A1 only need chunk <= budget
     with pytest.raises(ValueError, match="256"):
-        SchedulerConfig(arm="A2", prefill_chunk_size=128, max_num_seqs=8, max_num_batched_tokens=128)
+        SchedulerConfig(arm="A2", prefill_chunk_size=128, max_num_seqs=8,
+                        max_num_batched_tokens=128)
     for arm in ("atomic", "per_depth"):
         SchedulerConfig(arm=arm, prefill_chunk_size=128, max_num_seqs=8, max_num_batched_tokens=128)
         with pytest.raises(ValueError, match="scheduler.prefill_chunk_size"):

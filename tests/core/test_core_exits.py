@@ -78,7 +78,8 @@ def test_random_lookahead_means_one_more_loop() -> None:
 
 def test_max_loops_caps_every_mode() -> None:
     for mode in ("fixed", "ouro", "ouro_delayed", "random_lookahead"):
-        d = make_decider(ExitConfig(mode=mode, exit_threshold=0.99, max_loops=2), 4, request_key="r")
+        d = make_decider(ExitConfig(mode=mode, exit_threshold=0.99, max_loops=2), 4,
+                         request_key="r")
         assert run_token(d, [0.0] * 4)[0] == 2, mode
 
 

@@ -149,7 +149,8 @@ def test_incremental_allocation_grows_with_depth0_work() -> None:
     b = core.schedule(0.0)
     assert b is not None
     assert core.block_manager.capacity_tokens(key) == 8  # the first chunk only, the rest reserved
-    assert core.block_manager.num_reserved_blocks == (6 - 2) * 4  # 24 lifetime tokens -> 6 per plane
+    # 24 lifetime tokens -> 6 blocks per plane
+    assert core.block_manager.num_reserved_blocks == (6 - 2) * 4
     core.apply(b, ex.execute(b), 1.0)
     used = []
     now = 1.0

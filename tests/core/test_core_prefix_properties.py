@@ -121,7 +121,8 @@ def run(w: dict, arm: str, caching: bool) -> dict[tuple[str, int], tuple]:
     limit = 60 + sum((len(r["prompt"]) + 4) * 4 + r["max_tokens"] * 8 for _, r in pending) * 2
     out = {}
     while pending or core.has_work():
-        if pending and pending[0][1]["arrival_step"] <= step and pending[0][1]["id"] not in core.requests:
+        if (pending and pending[0][1]["arrival_step"] <= step
+                and pending[0][1]["id"] not in core.requests):
             i, r = pending.pop(0)  # an id still active waits: reuse comes after it finished
             core.add_request(r["id"], r["prompt"], SamplingParams(max_tokens=r["max_tokens"]),
                              float(step))

@@ -50,5 +50,6 @@ def test_the_schema_and_the_model_config_read_through_the_same_parser(tmp_path: 
 def test_presets_by_name() -> None:
     assert get_shape("tiny") is TINY and shape_name(TINY) == "tiny"
     assert shape_name(dataclasses.replace(TINY, num_layers=3)) is None
-    with pytest.raises(ValueError, match=f"unknown preset 'nope'; use one of {', '.join(MODEL_SHAPES)}"):
+    with pytest.raises(ValueError,
+                       match=f"unknown preset 'nope'; use one of {', '.join(MODEL_SHAPES)}"):
         get_shape("nope")

@@ -30,7 +30,8 @@ requests_st = st.lists(
     st.tuples(st.integers(1, 30), st.integers(1, 4)), min_size=1, max_size=5
 )
 faults_st = st.dictionaries(
-    st.integers(0, 30), st.tuples(st.sampled_from(ACTIONS), st.integers(0, 99)), min_size=1, max_size=10
+    st.integers(0, 30), st.tuples(st.sampled_from(ACTIONS), st.integers(0, 99)),
+    min_size=1, max_size=10
 )
 
 
@@ -41,7 +42,8 @@ def _add(core: EngineCore, reqs: list[tuple[int, int]]) -> None:
                                                          ignore_eos=True), 0.0)
 
 
-def _check_case(world: World, reqs: list[tuple[int, int]], faults: dict[int, tuple[str, int]]) -> None:
+def _check_case(world: World, reqs: list[tuple[int, int]],
+                faults: dict[int, tuple[str, int]]) -> None:
     _add(world.core, reqs)
     out = run_with_faults(world, faults)
     assert_only_failed_errored(out)

@@ -28,7 +28,8 @@ EXITS = {"fixed": ExitConfig(), "ouro": ExitConfig(mode="ouro", exit_threshold=0
 def params(n: int) -> list[SamplingParams]:
     """Greedy and seeded-sampling requests."""
     return [
-        SamplingParams(max_tokens=5, **(dict(temperature=0.9, top_k=20, seed=7 + i) if i % 2 else {}))
+        SamplingParams(max_tokens=5,
+                       **(dict(temperature=0.9, top_k=20, seed=7 + i) if i % 2 else {}))
         for i in range(n)
     ]
 

@@ -83,7 +83,8 @@ def test_cpu_target_always_writes_token_rows(tmp_path: Path) -> None:
 @pytest.mark.parametrize(("args", "start"), [
     (["--format", "xml"], "loopserve: error: --format: 'xml': use parquet or csv"),
     (["--set", "outputs.format=xml"], "loopserve: error: outputs.format: "),
-    (["--set", "sweep={outputs.tokens: [true, false]}"], "loopserve: error: sweep.outputs.tokens: cannot be swept"),
+    (["--set", "sweep={outputs.tokens: [true, false]}"],
+     "loopserve: error: sweep.outputs.tokens: cannot be swept"),
 ])
 def test_bad_format_is_one_line_and_exit_2(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], args: list[str], start: str

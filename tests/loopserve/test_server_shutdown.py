@@ -1,6 +1,6 @@
-"""SIGTERM or SIGINT (Ctrl-C) on a `loopserve serve` subprocess: it stops accepting, lets a short in-flight stream
-finish, aborts the one still running after the grace period, exits 0, and leaves no process
-or bound port behind."""
+"""SIGTERM or SIGINT (Ctrl-C) on a `loopserve serve` subprocess: it stops accepting, lets a
+short in-flight stream finish, aborts the one still running after the grace period, exits 0,
+and leaves no process or bound port behind."""
 
 from __future__ import annotations
 

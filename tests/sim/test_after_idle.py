@@ -22,7 +22,8 @@ from tests.helpers import ListSource, make_config, profile_doc, stage
 
 # prefill is what the atomic arm runs first after a wait, prompt the other arms
 CURVE = {"idle_s": [0.01, 0.1, 1.0],
-         "extra": {"prefill": [0.0, 0.2, 0.3], "prompt": [0.0, 0.4, 0.5], "decode": [0.1, 0.1, 0.1]}}
+         "extra": {"prefill": [0.0, 0.2, 0.3], "prompt": [0.0, 0.4, 0.5],
+                   "decode": [0.1, 0.1, 0.1]}}
 AFTER_2S = {"atomic": 1.3, "per_depth": 1.5, "mixed": 1.5}
 
 

@@ -201,7 +201,8 @@ def test_calibrated_missing_stage_is_a_clear_error() -> None:
         (json.dumps({**_profile(), "extra": 1}), "extra"),
     ],
 )
-def test_corrupt_profiles_raise_one_line_value_errors(tmp_path: Path, text: str, match: str) -> None:
+def test_corrupt_profiles_raise_one_line_value_errors(tmp_path: Path, text: str,
+                                                      match: str) -> None:
     path = tmp_path / "p.json"
     path.write_text(text)
     with pytest.raises(ValueError, match=match) as err:

@@ -104,9 +104,14 @@ def test_from_package_import_submodule_resolves_to_the_submodule(tmp_path: Path)
     assert targets == {"simpy", "engine.core.batch", "sim.cost"}
 
 
-def test_no_source_file_is_over_300_lines() -> None:
+# The hard limit. Past about 300 lines a file is a candidate to split where its concepts
+# split; it is never a number to squeeze code under.
+MAX_FILE_LINES = 400
+
+
+def test_no_source_file_is_over_400_lines() -> None:
     long = {str(path.relative_to(ROOT)): n for path in project_modules(ROOT).values()
-            if (n := len(path.read_text(encoding="utf-8").splitlines())) > 300}
+            if (n := len(path.read_text(encoding="utf-8").splitlines())) > MAX_FILE_LINES}
     assert long == {}
 
 

@@ -1,4 +1,5 @@
-"""``make gpu-check`` (``python -m tools.gpu``): one prepared script that turns a rare GPU lease into measured results.
+"""``make gpu-check`` (``python -m tools.gpu``): one prepared script that turns a rare GPU
+lease into measured results.
 
 Stages, in order, each time-capped and failure-isolated (a failing stage is reported and the
 next one runs; the exit status is non-zero at the end if any failed):

@@ -106,7 +106,8 @@ def time_runner_steps(model: Any, device: torch.device, sizes: Sizes) -> list[di
     per_req = math.ceil((prompt + max_tokens) / block) * model.config.total_ut_steps
     cfg = make_engine_config(
         model, arm="atomic", max_num_seqs=max_rows, prefill_chunk_size=prompt,
-        max_num_batched_tokens=prompt * max_rows, num_blocks=per_req * max_rows + 8, block_size=block,
+        max_num_batched_tokens=prompt * max_rows, num_blocks=per_req * max_rows + 8,
+        block_size=block,
     )
     dtype = next(model.parameters()).dtype
     runner = build_runner(model, cfg, device, dtype)

@@ -189,5 +189,6 @@ def final_table(results: dict[str, Any]) -> str:
     label = "measured (cuda)" if not dry else "measured (cpu)"
     lines.append(f"A2/A0        {label:>16} {'simulated':>10}")
     for name, key in (("ITL p99", "itl_p99"), ("output tok/s", "output_tok_s")):
-        lines.append(f"  {name:<12} {_fmt(real.get(key), '.3f'):>14} {_fmt(sim.get(key), '.3f'):>10}")
+        lines.append(
+            f"  {name:<12} {_fmt(real.get(key), '.3f'):>14} {_fmt(sim.get(key), '.3f'):>10}")
     return "\n".join(lines)
