@@ -10,21 +10,12 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import importlib
 import sys
 from collections.abc import Sequence
 from typing import NoReturn
 
-from loopserve.commands import (
-    bench_serve,
-    calibrate,
-    capacity,
-    e2e,
-    exit_profile,
-    fidelity,
-    report,
-    run,
-    serve,
-)
+from loopserve.commands import COMMANDS
 from loopserve.errors import UserError
 from loopserve.runs import interrupts
 from loopserve.runs.interrupts import Interrupted
@@ -39,20 +30,35 @@ class _Parser(argparse.ArgumentParser):
         self.exit(EXIT_USAGE, f"loopserve: error: {' '.join(message.split())}; see --help\n")
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(command: str | None = None, *, full: bool = True) -> argparse.ArgumentParser:
+    """The ``loopserve`` parser. With ``full``, every command's own parser; else only
+    ``command``'s (its module is imported), the others by name and help alone, which is all
+    ``loopserve --help`` and the dispatch of one command need."""
     p = _Parser(
         prog="loopserve",
         description="Serving engine and simulator for looped language models.",
     )
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    for command in (run, capacity, report, calibrate, exit_profile, fidelity, serve, bench_serve,
-                    e2e):
-        command.add_parser(sub)
+    added: set[str] = set()
+    for name, (module, help_text) in COMMANDS.items():
+        if module in added:
+            continue  # a module registers all of its names at its first one (run, sweep)
+        if full or name == command or COMMANDS.get(command or "", ("",))[0] == module:
+            importlib.import_module(module).add_parser(sub)
+            added.add(module)
+        else:
+            sub.add_parser(name, help=help_text)
     return p
 
 
+def _command_of(argv: Sequence[str]) -> str | None:
+    """The subcommand named on the command line: the first argument that is not an option."""
+    return next((a for a in argv if not a.startswith("-")), None)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    words = sys.argv[1:] if argv is None else list(argv)
+    args = build_parser(_command_of(words), full=False).parse_args(words)
     # SIGINT / SIGTERM end every command but the server (which drains its requests itself)
     # with 128 + signal, one line and nothing written (loopserve.runs.interrupts)
     signals = contextlib.nullcontext() if args.command == "serve" else interrupts.immediate()

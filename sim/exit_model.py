@@ -22,12 +22,14 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from statistics import NormalDist
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 from engine.core.config import ExitConfig
 from engine.core.exits import stable_seed
 from engine.core.fake_executor import SignalFn
-from sim.exit_profile import ExitProfile
+
+if TYPE_CHECKING:
+    from sim.exit_profile import ExitProfile
 
 # Synthetic per-depth mean λ for D = 4: rising with depth, so deeper loops exit more often.
 DEFAULT_MEAN_LAMBDAS: tuple[float, ...] = (0.15, 0.3, 0.45, 0.6)

@@ -23,7 +23,7 @@ import aiohttp
 from tqdm import tqdm
 
 from loopserve.bench.datasets import SampleRequest
-from loopserve.bench.results import RequestOutcome
+from loopserve.outputs.vllm_results import RequestOutcome
 
 TIMEOUT_S = 6 * 3600
 

@@ -7,7 +7,7 @@ arrival schedule through the ``bench serve`` client, read the core and mixed cor
 replay added from ``/metrics``, stop the server with SIGTERM. Then the same requests (token
 lengths from the served model's tokenizer, the same arrival times, the server's cache size)
 run in the simulator as a trace workload. Both worlds' metrics come from the one vLLM
-result writer (``loopserve.bench.results``): the client's on the client's clock, the
+result writer (``loopserve.outputs.vllm_results``): the client's on the client's clock, the
 simulation's on simulated time from each request's arrival.
 
 Writes ``scenario.yaml``, ``requests.jsonl``, ``client-<arm>.json`` (the vLLM result file),
@@ -26,9 +26,9 @@ from loopserve.bench import client
 from loopserve.bench.datasets import SampleRequest, arrival_offsets, sample_sharegpt
 from loopserve.bench.e2e_report import report_markdown
 from loopserve.bench.process import ServerProcess
-from loopserve.bench.results import METRICS, outcomes_from_records, vllm_results
 from loopserve.errors import UserError
 from loopserve.outputs.files import atomic_write, run_destination, staged_dir, write_scenario
+from loopserve.outputs.vllm_results import METRICS, outcomes_from_records, vllm_results
 from loopserve.runs import interrupts
 from loopserve.runs.loop import execute
 from loopserve.runs.plan import plan_runs

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from loopserve.bench.results import percentile_word
+from loopserve.outputs.vllm_results import percentile_word
 
 _HEADERS = {"ttft": ("TTFT", "Time to First Token"),
             "tpot": ("TPOT", "Time per Output Token (excl. 1st token)"),

@@ -6,7 +6,7 @@
 
 Prompt lengths come from ``--tokenizer`` (a preset or checkpoint directory; default: the
 served model when it is one, else the byte-level fallback). The result file holds vLLM's
-keys (``loopserve.bench.results``); failed requests are counted there, not fatal.
+keys (``loopserve.outputs.vllm_results``); failed requests are counted there, not fatal.
 """
 
 from __future__ import annotations
@@ -21,21 +21,22 @@ from typing import Any
 from loopserve.bench import client
 from loopserve.bench.datasets import arrival_offsets, sample_random, sample_sharegpt
 from loopserve.bench.report import summary_table
-from loopserve.bench.results import (
+from loopserve.commands import command_help
+from loopserve.commands.args import flag_error, integer, number
+from loopserve.errors import UserError
+from loopserve.outputs.files import atomic_write
+from loopserve.outputs.vllm_results import (
     parse_goodput,
     parse_metrics,
     parse_percentiles,
     vllm_results,
 )
-from loopserve.commands.args import flag_error, integer, number
-from loopserve.errors import UserError
-from loopserve.outputs.files import atomic_write
 from loopserve.schema.build import model_shape
 from loopserve.server.tokenizer import ByteTokenizer, load_tokenizer
 
 
 def add_parser(sub: Any) -> None:
-    bench = sub.add_parser("bench", help="benchmarks against a running server")
+    bench = sub.add_parser("bench", help=command_help("bench"))
     bsub = bench.add_subparsers(dest="bench_command", required=True, metavar="BENCH")
     p = bsub.add_parser("serve", help="vLLM-style serving benchmark over HTTP")
     p.add_argument("--base-url", default="http://127.0.0.1:8000", help="server URL")

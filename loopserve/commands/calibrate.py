@@ -25,6 +25,7 @@ import numpy as np
 
 from loopserve.calibrate.allocator import steady_allocator
 from loopserve.calibrate.result import CalibrationResult
+from loopserve.commands import command_help
 from loopserve.errors import UserError
 from loopserve.outputs import env_info
 from loopserve.outputs.files import atomic_write_all, staged_dir, write_json
@@ -41,7 +42,7 @@ DEFAULT_REPEATS = 5
 
 def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Register the ``calibrate`` subcommand on the CLI's subparsers."""
-    p = sub.add_parser("calibrate", help="fit a calibrated cost profile on the real runner")
+    p = sub.add_parser("calibrate", help=command_help("calibrate"))
     p.add_argument("--target", required=True, help="cpu | cuda")
     p.add_argument("--model", required=True, help="model preset name or checkpoint directory")
     p.add_argument("--out", help="profile file (*.json) or a new folder (default "

@@ -26,10 +26,11 @@ from typing import Any
 
 from tqdm import tqdm
 
-from loopserve.bench.results import parse_goodput
+from loopserve.commands import command_help
 from loopserve.commands.args import add_scenario_flags, flag_error, number
 from loopserve.errors import UserError
 from loopserve.outputs import env_info, files
+from loopserve.outputs.vllm_results import parse_goodput
 from loopserve.outputs.vllm_run import slo_goodput
 from loopserve.report.capacity import capacity_png
 from loopserve.runs import interrupts
@@ -53,7 +54,7 @@ MAX_STEPS = 10  # bracketing reaches start x 2**10 or start / 2**10
 
 
 def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    p = sub.add_parser("capacity", help="per arm, the highest request rate meeting an SLO")
+    p = sub.add_parser("capacity", help=command_help("capacity"))
     p.add_argument("scenario", help="scenario YAML file with a poisson or gamma workload")
     p.add_argument("--slo", help="limits on median metrics, e.g. ttft_p99_ms=200,itl_p99_ms=10 "
                    "(default: the scenario's slo)")

@@ -13,11 +13,12 @@ import argparse
 from typing import Any
 
 from loopserve.bench.e2e import run_e2e
+from loopserve.commands import command_help
 from loopserve.commands.args import add_scenario_flags
 
 
 def add_parser(sub: Any) -> None:
-    p = sub.add_parser("e2e", help="every arm through `loopserve serve` beside the simulation")
+    p = sub.add_parser("e2e", help=command_help("e2e"))
     p.add_argument("scenario", help="scenario YAML with a sharegpt workload")
     p.add_argument("--target", default="cpu", choices=("cpu", "cuda"),
                    help="device the servers run on (default cpu)")

@@ -29,6 +29,7 @@ import time
 from pathlib import Path
 
 from engine.core.config import ExitConfig
+from loopserve.commands import command_help
 from loopserve.errors import UserError
 from loopserve.outputs.files import atomic_write
 from loopserve.runs import interrupts
@@ -43,7 +44,7 @@ DEFAULT_REGIMES = "ouro@0.5,ouro@0.6,ouro@0.7,ouro@0.8,ouro@0.9"
 
 def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Register ``exit-profile`` on the CLI's subparsers."""
-    p = sub.add_parser("exit-profile", help="measure per-token exit gates for the simulator")
+    p = sub.add_parser("exit-profile", help=command_help("exit-profile"))
     p.add_argument("--target", required=True, help="cpu | cuda")
     p.add_argument("--model", help="model preset name or checkpoint directory (default: the "
                    "scenario's with --scenario; required otherwise)")

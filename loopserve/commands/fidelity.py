@@ -25,6 +25,7 @@ import time
 from pathlib import Path
 
 from loopserve.calibrate.allocator import steady_allocator
+from loopserve.commands import command_help
 from loopserve.commands.args import add_scenario_flags
 from loopserve.errors import UserError
 from loopserve.fidelity.compare import compare
@@ -50,7 +51,7 @@ from sim.cost.resolve import model_label
 
 def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Register the ``fidelity`` subcommand on the CLI's subparsers."""
-    p = sub.add_parser("fidelity", help="simulated (calibrated) vs measured on the real target")
+    p = sub.add_parser("fidelity", help=command_help("fidelity"))
     p.add_argument("scenario", help="scenario YAML file")
     p.add_argument("--profile", required=True, help="calibrated profile JSON")
     p.add_argument("--target", required=True, help="cpu | cuda")

@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from loopserve.commands import command_help
 from loopserve.outputs.files import atomic_write_all, check_writable
 from loopserve.outputs.rundata import RunData, load_run
 from loopserve.report.page import make_figures, render_html
@@ -13,7 +14,7 @@ from loopserve.report.page import make_figures, render_html
 
 def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Register the ``report`` subcommand on the CLI's subparsers."""
-    rep = sub.add_parser("report", help="one report.html comparing one or more run folders")
+    rep = sub.add_parser("report", help=command_help("report"))
     rep.add_argument("run_dirs", nargs="+", metavar="RUN_DIR")
     rep.add_argument("--out", help="folder for report.html (default: the first RUN_DIR)")
     rep.set_defaults(handler=main)

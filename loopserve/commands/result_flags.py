@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import argparse
 
-from loopserve.bench.results import METRICS, parse_goodput, parse_metrics, parse_percentiles
 from loopserve.commands.args import flag_error
+from loopserve.outputs.vllm_results import METRICS, parse_goodput, parse_metrics, parse_percentiles
 from loopserve.outputs.vllm_run import PERCENTILES, ResultOptions
 
 DEFAULT_METRICS = ",".join(METRICS)

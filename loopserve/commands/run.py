@@ -11,7 +11,9 @@ import argparse
 import contextlib
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
+from loopserve.commands import command_help
 from loopserve.commands.args import add_scenario_flags, integer
 from loopserve.commands.result_flags import add_result_flags, result_options
 from loopserve.errors import UserError
@@ -26,20 +28,19 @@ from loopserve.runs.exit_source import exit_models
 from loopserve.runs.loop import RunResult, execute
 from loopserve.runs.metrics import metric
 from loopserve.runs.plan import TARGETS, Plan, plan_runs
-from loopserve.runs.ray_runs import RayOptions, execute_on_ray, require_ray
 from loopserve.runs.summary import build_summary
 from loopserve.schema import load_scenario
+
+if TYPE_CHECKING:
+    from loopserve.runs.ray_runs import RayOptions
 
 RESULTS_ROOT = Path("results")
 
 
 def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Register ``run`` and ``sweep`` (the same command; sweep requires a sweep section)."""
-    for name, help_text in (
-        ("run", "run a scenario (all arms, sweep points and repeats)"),
-        ("sweep", "like run, for a scenario that has a sweep or variants section"),
-    ):
-        r = sub.add_parser(name, help=help_text)
+    for name in ("run", "sweep"):
+        r = sub.add_parser(name, help=command_help(name))
         r.add_argument("scenario", help="scenario YAML file")
         r.add_argument("--target", default="sim", choices=TARGETS,
                        help="simulator (default) or the real engine on cpu / cuda")
@@ -92,8 +93,12 @@ def _main(args: argparse.Namespace, argv: list[str]) -> int:
     # Deferred on the simulator only: its compiled driver must not see KeyboardInterrupt; the
     # real engine's loop is Python and stops at once.
     with interrupts.deferred() if plan.target == "sim" else contextlib.nullcontext():
-        results = (execute(plan, progress=not args.no_progress) if ray is None
-                   else execute_on_ray(plan, ray, progress=not args.no_progress))
+        if ray is None:
+            results = execute(plan, progress=not args.no_progress)
+        else:  # Ray's modules load only for a sweep that asks for it
+            from loopserve.runs.ray_runs import execute_on_ray
+
+            results = execute_on_ray(plan, ray, progress=not args.no_progress)
     report = write_run(dest, plan, results, argv=argv, started_s=started, options=options)
     print(medians_table(dest, plan.reference_point_id, len(plan.points)))
     print(f"report: {report}")
@@ -113,6 +118,8 @@ def ray_options(args: argparse.Namespace) -> RayOptions | None:
         raise UserError(flag, f"target {args.target} runs one run at a time on its one device; "
                         "drop the flag (Ray runs simulated sweeps only)")
     workers = None if args.workers is None else integer("--workers", args.workers, 1)
+    from loopserve.runs.ray_runs import RayOptions, require_ray
+
     require_ray(flag)
     return RayOptions(workers=workers, address=args.ray_address)
 

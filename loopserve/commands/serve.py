@@ -13,11 +13,12 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from loopserve.commands import command_help
 from loopserve.commands.args import integer, number
 
 
 def add_parser(sub: Any) -> None:
-    p = sub.add_parser("serve", help="OpenAI-compatible streaming server on the real engine")
+    p = sub.add_parser("serve", help=command_help("serve"))
     p.add_argument("--model", required=True, help="model preset name or checkpoint directory")
     p.add_argument("--scenario", help="scenario YAML whose scheduler/cache/exit/runner "
                    "settings the engine uses (default: the engine's defaults)")

@@ -1,6 +1,6 @@
 """``vllm_results.json``: every run's results in ``vllm bench serve``'s keys, beside
 summary.json, written by the one writer the HTTP benchmark client uses
-(``loopserve.bench.results``).
+(``loopserve.outputs.vllm_results``).
 
 Each entry is ``{arm, target, point_id, repeat, valid}`` then vLLM's flat keys, by default
 with every metric (ttft, tpot, itl, e2el) at percentiles 50, 90 and 99 (``ResultOptions``:
@@ -20,7 +20,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from loopserve.bench.results import METRICS, outcomes_from_records, vllm_results
+from loopserve.outputs.vllm_results import METRICS, outcomes_from_records, vllm_results
 from loopserve.runs.loop import RunResult
 from loopserve.schema.scenario import SloSpec
 

@@ -9,8 +9,6 @@ from typing import Any, cast
 from loopserve.outputs.rundata import RunData
 from loopserve.report.compare import METRICS, arm_ratios, field_verdicts, verdict_sentences
 from loopserve.report.markup import esc, num, table
-from loopserve.report.prefix import HEAD as PREFIX_HEAD
-from loopserve.report.prefix import prefix_cache_rows
 from loopserve.runs.metrics import metric
 from loopserve.runs.summary import MedianRow
 
@@ -168,9 +166,13 @@ def _cell(x: object) -> str:
 
 
 def prefix_section(runs: Sequence[RunData]) -> str:
-    rows = prefix_cache_rows(runs)
-    if not rows:
+    # Only medians of prefix-caching runs carry its metrics; the table's module loads for them.
+    if not any("prefix_cache_hit_tokens" in m for run in runs for m in run.summary["medians"]):
         return ""
+    from loopserve.report.prefix import HEAD as PREFIX_HEAD
+    from loopserve.report.prefix import prefix_cache_rows
+
+    rows = prefix_cache_rows(runs)
     cells = [[esc(c) for c in r[:4]] + [_cell(c) for c in r[4:]] for r in rows]
     return ("<h2>Prefix cache</h2><p class='note'>vLLM's terms: prompt tokens queried at "
             "admission and hit (served from the cache), hit rate = hit / queried; blocks "

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from engine.core.config import ModelShape
 from loopserve.errors import UserError
@@ -14,7 +15,9 @@ from loopserve.schema.build import exit_config
 from loopserve.schema.exit_spec import SIGNAL_EXIT_MODES
 from loopserve.schema.scenario import Scenario
 from sim.cost.resolve import resolve_cost
-from sim.exit_profile import ExitProfile, load_exit_profile, sibling_exit_profile
+
+if TYPE_CHECKING:
+    from sim.exit_profile import ExitProfile
 
 
 @dataclass(frozen=True)
@@ -45,6 +48,9 @@ def exit_source(scn: Scenario, shape: ModelShape, context: str = "") -> ExitSour
         return ExitSource("core")
     if e.lambdas is not None:
         return ExitSource("synthetic")
+    # Exit profiles' modules load only for a point that reads one.
+    from sim.exit_profile import load_exit_profile, sibling_exit_profile
+
     path, via = e.profile, "exit.profile"
     if path is None:
         kind, cost_profile = resolve_cost(scn.cost.kind, scn.cost.profile, scn.hardware,

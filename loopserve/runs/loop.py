@@ -19,7 +19,6 @@ from loopserve.runs.metrics import Metrics, summarize
 from loopserve.runs.plan import Plan, run_source
 from loopserve.runs.sweep import SweepPoint
 from loopserve.targets.base import RunSpec, Target
-from loopserve.targets.load import real_target
 from loopserve.targets.sim import SimTarget
 from sim.validity import check
 
@@ -53,6 +52,8 @@ def target_of(plan: Plan) -> Target:
     if plan.target == "sim":
         return sim_target(plan)
     if plan.real is None:
+        from loopserve.targets.load import real_target  # the real engine's modules, on demand
+
         plan.real = real_target(plan.scenario, plan.target)
     return plan.real
 

@@ -24,7 +24,6 @@ from loopserve.runs.sweep import SweepPoint, expand, reference_point
 from loopserve.schema.build import engine_config, lifetime_bound, model_shape
 from loopserve.schema.scenario import Scenario
 from loopserve.targets.base import RunSpec, Target
-from loopserve.targets.load import check_real, device_free
 from loopserve.workloads import build_source
 from sim.cost import make_cost_model
 from sim.cost.base import CostModel
@@ -61,6 +60,8 @@ def plan_runs(scn: Scenario, target: str) -> Plan:
     if target not in TARGETS:
         raise UserError("--target", f"unknown target {target!r}; use one of {'|'.join(TARGETS)}")
     if target != "sim":
+        from loopserve.targets.load import check_real
+
         check_real(target)
     shape = model_shape(scn.model)
     points = expand(scn)
@@ -83,9 +84,13 @@ def plan_runs(scn: Scenario, target: str) -> Plan:
             plan.cost_records[point.point_id] = describe_cost(
                 scn.cost.kind, "measured", None, None)
     dtype = scn.runner.dtype or ("float32" if target == "cpu" else "bfloat16")
+    free: int | None = None
+    if target != "sim":
+        from loopserve.targets.load import device_free
+
+        free = device_free(target)
     footprint.check_plan(scn, configs, target=target,
-                         dtype_bytes=4 if dtype == "float32" else 2,
-                         device_free=device_free(target) if target != "sim" else None)
+                         dtype_bytes=4 if dtype == "float32" else 2, device_free=free)
     for point in points:
         for repeat in range(scn.repeats):
             for arm in scn.arms:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from engine.core.config import ModelShape
 from engine.core.records import ArrivalSource, RunRecords
@@ -12,7 +13,9 @@ from loopserve.targets.base import RunSpec
 from sim.cost.base import CostModel
 from sim.driver import simulate
 from sim.exit_model import ExitDraw, make_signal_fn
-from sim.exit_profile import ExitProfile
+
+if TYPE_CHECKING:
+    from sim.exit_profile import ExitProfile
 
 
 @dataclass(frozen=True)

@@ -2,24 +2,40 @@
 
 from __future__ import annotations
 
+import importlib
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from engine.core.config import ModelShape
 from engine.core.shapes import shape_name
 from sim.cost.base import HARDWARE, CostModel, HardwarePreset, get_hardware, item_context
-from sim.cost.calibrated import CalibratedCost
-from sim.cost.constant import ConstantCost
-from sim.cost.features import FEATURE_NAMES, STAGE_KINDS, batch_features
-from sim.cost.profile import (
-    PROFILE_FORMAT,
-    Profile,
-    Provenance,
-    StageFit,
-    load_profile,
-    save_profile,
-)
 from sim.cost.roofline import RooflineCost
+
+if TYPE_CHECKING:
+    from sim.cost.profile import Profile
+
+# Names re-exported from the modules a run needs only with their cost model: loaded on first
+# use (``__getattr__``), so a roofline run never imports the calibrated model or its profile.
+_LAZY: dict[str, str] = {
+    "CalibratedCost": "sim.cost.calibrated",
+    "ConstantCost": "sim.cost.constant",
+    "FEATURE_NAMES": "sim.cost.features",
+    "STAGE_KINDS": "sim.cost.features",
+    "batch_features": "sim.cost.features",
+    "PROFILE_FORMAT": "sim.cost.profile",
+    "Profile": "sim.cost.profile",
+    "Provenance": "sim.cost.profile",
+    "StageFit": "sim.cost.profile",
+    "load_profile": "sim.cost.profile",
+    "save_profile": "sim.cost.profile",
+}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        return getattr(importlib.import_module(_LAZY[name]), name)
+    raise AttributeError(f"module 'sim.cost' has no attribute {name!r}")
+
 
 COST_KINDS: tuple[str, ...] = ("constant", "roofline", "calibrated")
 
@@ -46,6 +62,8 @@ def make_cost_model(
         if core_call_s is None:
             raise ValueError("cost.core_call_s: the constant cost model needs core_call_s "
                              "(seconds per core call), e.g. 0.001")
+        from sim.cost.constant import ConstantCost
+
         return ConstantCost(core_call_s)
     if kind == "roofline":
         hw = get_hardware(hardware)
@@ -53,6 +71,8 @@ def make_cost_model(
     if kind == "calibrated":
         if profile is None:
             raise ValueError("cost.profile: the calibrated cost model needs a profile JSON path")
+        from sim.cost.calibrated import CalibratedCost
+
         return CalibratedCost(profile, hardware=hardware,
                               model=model_name if model_name is not None else shape_name(model))
     raise ValueError(f"cost.kind: unknown cost model {kind!r}; use one of {'|'.join(COST_KINDS)}")

@@ -12,7 +12,7 @@ from engine.core.columns import TokenTable
 from engine.core.records import RequestRecord, RunRecords
 from engine.core.results import TokenEvent
 from loopserve.bench.datasets import arrival_offsets, sample_random, sample_sharegpt
-from loopserve.bench.results import (
+from loopserve.outputs.vllm_results import (
     RequestOutcome,
     outcomes_from_records,
     parse_goodput,
