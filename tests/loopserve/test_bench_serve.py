@@ -33,7 +33,7 @@ def test_bench_serve_reproduces_server_token_counts(srv: Running, tmp_path: Path
     out = tmp_path / "result.json"
     assert main(["bench", "serve", "--base-url", srv.url, "--dataset-name", "sharegpt",
                  "--dataset-path", str(data), "--num-prompts", "24", "--request-rate", "40",
-                 "--seed", "1", "--max-concurrency", "12", "--ignore-eos",
+                 "--seed", "1", "--max-concurrency", "12", "--ignore-eos", "--save-detailed",
                  "--result-file", str(out), "--no-progress"]) == 0
     r = json.loads(out.read_text())
     assert set(r) >= VLLM_KEYS
