@@ -22,17 +22,16 @@ def base_urls(values: Sequence[str] | None) -> list[str]:
     out: list[str] = []
     for value in values or ["http://127.0.0.1:8000"]:
         for text in (part.strip() for part in value.split(",")):
+            why = ""
             try:
-                url = URL(text)
-            except (ValueError, TypeError):
-                url = None
+                url: URL | None = URL(text)
+            except (ValueError, TypeError) as err:  # a port outside 0-65535, say
+                url, why = None, f" ({str(err)[:80]})"
             if url is None or url.scheme not in ("http", "https") or not url.host:
-                raise UserError("--base-url", f"{text!r} is not an http(s) URL; use e.g. "
+                raise UserError("--base-url", f"{text!r} is not an http(s) URL{why}; use e.g. "
                                 "http://127.0.0.1:8000")
-            try:
-                url.port  # noqa: B018 - raises on a port outside 1-65535
-            except ValueError:
-                raise UserError("--base-url", f"{text!r} has a port outside 1-65535") from None
+            if url.port == 0:
+                raise UserError("--base-url", f"{text!r} has port 0; use 1-65535")
             if text.rstrip("/") in out:
                 raise UserError("--base-url", f"{text} is given twice")
             out.append(text.rstrip("/"))
