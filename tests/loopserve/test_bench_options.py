@@ -43,9 +43,11 @@ def test_ramp_up_send_times_follow_the_rates(strategy: str, tmp_path: Path) -> N
     p = np.arange(n) / (n - 1)
     rates = lo + (hi - lo) * p if strategy == "linear" else lo * (hi / lo) ** p
     expected = np.concatenate(([0.0], np.cumsum(1.0 / rates[1:])))
-    assert np.allclose(r["start_times"], expected, atol=0.05), (r["start_times"], expected)
+    # a send waits for its absolute offset: never early, late only by the event loop's lag
+    late = np.array(r["start_times"]) - expected
+    assert late.min() > -0.002 and late.max() < 0.1, (r["start_times"], expected)
     arrived = np.array([t for t, _, _ in stub.received])
-    assert np.allclose(arrived - arrived[0], expected, atol=0.05)
+    assert np.allclose(arrived - arrived[0], expected, atol=0.1)
     assert (r["ramp_up_strategy"], r["ramp_up_start_rps"], r["ramp_up_end_rps"]) == (
         strategy, lo, hi)
     assert r["request_rate"] == "inf" and r["completed"] == n
@@ -186,6 +188,17 @@ def test_metadata_label_and_vllms_file_name(tmp_path: Path) -> None:
     assert keys[:7] == ["date", "endpoint_type", "backend", "label", "model_id",
                         "tokenizer_id", "num_prompts"]
     assert keys[7:10] == ["version", "tp", "request_rate"]
+
+
+def test_save_result_alone_writes_vllms_name_in_the_working_folder(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    with running_stub(Stub()) as url:
+        assert main(["bench", "serve", "--base-url", url, *RANDOM, "--num-prompts", "1",
+                     "--save-result", "--backend", "openai-chat"]) == 0
+    (path,) = tmp_path.iterdir()
+    r = json.loads(path.read_text())
+    assert path.name == f"openai-chat-infqps-stub-{r['date']}.json" and r["label"] is None
 
 
 @pytest.mark.parametrize("joined", [True, False])
