@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import base64
 import math
+import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -68,20 +69,37 @@ def is_bench_result(path: Path) -> bool:
             and any(path.glob("*.json")))
 
 
+def _load(f: Path, label_stem: bool) -> BenchResult:
+    try:
+        data = read_json_file(f, "RUN_DIR")
+    except ValueError as err:
+        raise UserError("RUN_DIR", str(err).partition(": ")[2]) from None
+    if not isinstance(data, dict) or any(k not in data for k in REQUIRED):
+        raise UserError("RUN_DIR", f"{f} is not a bench serve result (no "
+                        f"{'/'.join(REQUIRED)} keys)")
+    label = str(data.get("label") or data.get("backend") or f.stem)
+    return BenchResult(f, f"{label} ({f.stem})" if label_stem else label, data)
+
+
 def load_results(path: Path) -> list[BenchResult]:
-    """The results in a file or folder; UserError naming a file that is not one."""
-    files = [path] if path.is_file() else sorted(path.glob("*.json"))
-    out = []
+    """The result in a file, or every result among a folder's ``*.json`` (others, such as an
+    e2e folder's ``e2e.json``, are named on stderr and left out); UserError naming a file
+    that is not a result, or a folder with none."""
+    if path.is_file():
+        return [_load(path, False)]
+    out, skipped = [], []
+    files = sorted(path.glob("*.json"))
     for f in files:
         try:
-            data = read_json_file(f, "RUN_DIR")
-        except ValueError as err:
-            raise UserError("RUN_DIR", str(err).partition(": ")[2]) from None
-        if not isinstance(data, dict) or any(k not in data for k in REQUIRED):
-            raise UserError("RUN_DIR", f"{f} is not a bench serve result (no "
-                            f"{'/'.join(REQUIRED)} keys)")
-        label = str(data.get("label") or data.get("backend") or f.stem)
-        out.append(BenchResult(f, f"{label} ({f.stem})" if len(files) > 1 else label, data))
+            out.append(_load(f, len(files) > 1))
+        except UserError:
+            skipped.append(f.name)
+    if not out:
+        raise UserError("RUN_DIR", f"{path} holds no bench serve result (a *.json with "
+                        f"{'/'.join(REQUIRED)} keys)")
+    if skipped:
+        print(f"report: left out {len(skipped)} file(s) that are no bench serve result: "
+              f"{', '.join(skipped)[:150]}", file=sys.stderr)
     return out
 
 

@@ -88,7 +88,24 @@ def test_results_without_detail_draw_a_note_not_a_plot(tmp_path: Path) -> None:
 def test_a_file_that_is_no_result_is_one_line(content: str, message: str, tmp_path: Path,
                                               capsys: pytest.CaptureFixture[str]) -> None:
     (tmp_path / "x.json").write_text(content)
-    assert main(["report", str(tmp_path)]) == 2
+    assert main(["report", str(tmp_path / "x.json")]) == 2
     err = capsys.readouterr().err
     assert err.startswith("loopserve: error: RUN_DIR: ") and message in err
-    assert err.count("\n") == 1 and not (tmp_path / "report.html").exists()
+    assert err.count("\n") == 1 and not (tmp_path / "x.html").exists()
+    assert main(["report", str(tmp_path)]) == 2  # a folder with no result in it
+    err = capsys.readouterr().err
+    assert err == f"loopserve: error: RUN_DIR: {tmp_path} holds no bench serve result (a " \
+        "*.json with completed/failed/duration keys)\n"
+    assert not (tmp_path / "report.html").exists()
+
+
+def test_a_folder_leaves_out_other_json_and_says_so(results: Path, tmp_path: Path,
+                                                    capsys: pytest.CaptureFixture[str]) -> None:
+    for f in results.glob("*.json"):
+        (tmp_path / f.name).write_text(f.read_text())
+    (tmp_path / "e2e.json").write_text('{"arms": {}}')
+    assert main(["report", str(tmp_path)]) == 0
+    captured = capsys.readouterr()
+    assert captured.err == ("report: left out 1 file(s) that are no bench serve result: "
+                            "e2e.json\n")
+    assert (tmp_path / "report.html").read_text().count("<td class=\"l\">") == 2
