@@ -21,6 +21,7 @@ import json
 import math
 import os
 import stat
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -37,6 +38,7 @@ MIN_TOKENS = 4
 MAX_PROMPT_TOKENS = 1024
 MAX_TOTAL_TOKENS = 2048
 MAX_DATASET_BYTES = 4 << 30  # ShareGPT V3 is 0.7 GB
+JSON_RECURSION_LIMIT = 1000  # Python's default: JSON nested near this deep is refused
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,6 +74,8 @@ def read_json_file(path: str | Path, flag: str, *, max_bytes: int | None = None)
         text = raw.decode("utf-8-sig")
     except UnicodeDecodeError as err:
         raise ValueError(f"{flag}: {p} is not UTF-8 (byte {err.start})") from None
+    limit = sys.getrecursionlimit()
+    sys.setrecursionlimit(min(limit, JSON_RECURSION_LIMIT))  # a library may have raised it
     try:
         return json.loads(text)
     except json.JSONDecodeError as err:
@@ -79,6 +83,8 @@ def read_json_file(path: str | Path, flag: str, *, max_bytes: int | None = None)
                          f"{err.colno}: {err.msg})") from None
     except RecursionError:
         raise ValueError(f"{flag}: {p} nests JSON too deeply") from None
+    finally:
+        sys.setrecursionlimit(limit)
 
 
 def sample_sharegpt(path: str | Path, num_prompts: int, tokenizer: Tokenizer, seed: int,

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 import socket
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -160,3 +161,15 @@ def test_dataset_files_pass_one_guard(make: object, message: str, tmp_path: Path
                         str(path), "--no-progress"], capsys)
     assert rc == 2 and err.startswith("loopserve: error: --dataset-path: ") and message in err
     assert time.monotonic() - t < 10 and len(err) < 300, err
+
+
+def test_deep_json_is_refused_even_under_a_raised_recursion_limit(tmp_path: Path) -> None:
+    (tmp_path / "deep.json").write_text("[" * 2400 + "]" * 2400)
+    old = sys.getrecursionlimit()
+    sys.setrecursionlimit(100_000)  # as some libraries do on import
+    try:
+        with pytest.raises(ValueError, match="^--dataset-path: .*deep.json nests JSON too dee"):
+            datasets.read_json_file(tmp_path / "deep.json", "--dataset-path")
+        assert sys.getrecursionlimit() == 100_000
+    finally:
+        sys.setrecursionlimit(old)
