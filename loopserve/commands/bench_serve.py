@@ -88,10 +88,10 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--goodput", nargs="+", default=[], metavar="KEY:MS",
                    help="SLOs for goodput: ttft:MS tpot:MS e2el:MS")
     p.add_argument("--connect-timeout", default=str(client.DEFAULT_CONNECT_TIMEOUT_S),
-                   metavar="S", help="longest wait for a TCP connection (s)")
+                   metavar="S", help="longest wait for a TCP connection (s, default %(default)s)")
     p.add_argument("--read-timeout", default=str(client.DEFAULT_READ_TIMEOUT_S), metavar="S",
                    help="longest wait for the next bytes of a response, the first token "
-                   "included (s)")
+                   "included (s, default %(default)s)")
     p.add_argument("--save-result", action="store_true",
                    help="write the result JSON (under --result-dir, named by vLLM's rule)")
     p.add_argument("--save-detailed", action="store_true", help="keep the per-request lists "
