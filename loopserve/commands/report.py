@@ -1,5 +1,8 @@
 """``loopserve report RUN_DIR [RUN_DIR ...]``: one report.html comparing run folders (a sim run
-and a cpu run side by side, say), rendered from the files the runs wrote."""
+and a cpu run side by side, say), rendered from the files the runs wrote; or, given
+``bench serve`` result files or folders of them, one page of their client-side TTFT and ITL
+(``loopserve.report.bench``): ``report.html`` in the first folder, ``<name>.html`` beside a
+first file."""
 
 from __future__ import annotations
 
@@ -7,8 +10,10 @@ import argparse
 from pathlib import Path
 
 from loopserve.commands import command_help
+from loopserve.errors import UserError
 from loopserve.outputs.files import atomic_write_all, check_writable
 from loopserve.outputs.rundata import RunData, load_run
+from loopserve.report.bench import is_bench_result, load_results, render_bench_html
 from loopserve.report.page import make_figures, render_html
 
 
@@ -25,6 +30,11 @@ def main(args: argparse.Namespace, argv: list[str]) -> int:
     run_dirs: list[str] = args.run_dirs
     if args.out:
         check_writable(Path(args.out), "--out")
+    bench = [is_bench_result(Path(d)) for d in run_dirs]
+    if any(bench):
+        if not all(bench):
+            raise UserError("RUN_DIR", "give run folders or bench serve results, not both")
+        return _bench_report(run_dirs, args.out)
     runs: list[RunData] = []
     for d in run_dirs:
         run = load_run(d)
@@ -38,4 +48,16 @@ def main(args: argparse.Namespace, argv: list[str]) -> int:
             if len(runs) == 1 and out_dir.resolve() == runs[0].path.resolve()]
     atomic_write_all([*pngs, (path, render_html(runs, figs))])
     print(f"report: {path}")
+    return 0
+
+
+def _bench_report(paths: list[str], out: str | None) -> int:
+    results = [r for p in paths for r in load_results(Path(p))]
+    first = Path(paths[0])
+    if out:
+        dest = Path(out) / "report.html"
+    else:
+        dest = first / "report.html" if first.is_dir() else first.with_suffix(".html")
+    atomic_write_all([(dest, render_bench_html(results))])
+    print(f"report: {dest}")
     return 0

@@ -44,7 +44,7 @@ def log_ticks(low: float, high: float) -> list[float]:
     return ticks
 
 
-def _plain(v: float, _pos: object = None) -> str:
+def plain_number(v: float, _pos: object = None) -> str:
     """0.001 and 15 rather than 1e-03 and 1.5x10^1."""
     return str(np.format_float_positional(float(f"{v:.6g}"), trim="-"))
 
@@ -55,11 +55,11 @@ def itl_percentiles(run: RunData, arm: str) -> list[float] | None:
     return None if math.isnan(pct[0]) else pct
 
 
-def _fix_x(ax: Axes, low: float, high: float) -> None:
+def fix_log_x(ax: Axes, low: float, high: float) -> None:
     ax.set_xscale("log")
     ax.set_xlim(low / 1.15, high * 1.15)
     ax.xaxis.set_major_locator(FixedLocator(log_ticks(low / 1.15, high * 1.15)))
-    ax.xaxis.set_major_formatter(FuncFormatter(_plain))
+    ax.xaxis.set_major_formatter(FuncFormatter(plain_number))
     ax.xaxis.set_minor_locator(NullLocator())
     ax.xaxis.set_minor_formatter(NullFormatter())
 
@@ -93,11 +93,11 @@ def itl_tail_figure(runs: Sequence[RunData]) -> Figure:
     low, high = min(lows), max(highs + [v for _, v, _ in slos])
     for label, value, style in slos:
         ax.axvline(value, color="black", linestyle=style, linewidth=1, label=label)
-    _fix_x(ax, low, high)
+    fix_log_x(ax, low, high)
     ax.set_yscale("log")
     bottom = 10.0 ** math.floor(math.log10(floor * 0.8))
     ax.set_ylim(bottom, 1.3)
-    ax.yaxis.set_major_formatter(FuncFormatter(_plain))
+    ax.yaxis.set_major_formatter(FuncFormatter(plain_number))
     for p, name in ((0.1, "p90"), (0.01, "p99"), (0.001, "p99.9")):
         if p >= bottom:
             ax.axhline(p, color="#999999", linewidth=0.8, linestyle=":")

@@ -138,3 +138,38 @@ def test_random_prompts_and_arrival_schedule() -> None:
     assert arrival_offsets(3, float("inf"), 1.0, 0) == [0.0, 0.0, 0.0]
     with pytest.raises(ValueError, match="^--request-rate"):
         arrival_offsets(3, 0.0, 1.0, 0)
+
+
+def _dense_peaks(ok: list[RequestOutcome]) -> tuple[float, int]:
+    """vLLM's own count: one array slot per second of the span."""
+    t0 = min(o.start_s for o in ok)
+    span = int(np.ceil(max(o.start_s + o.latency for o in ok) - t0)) + 1
+    tokens, active = np.zeros(span), np.zeros(span)
+    for o in ok:
+        t = o.start_s + o.ttft
+        times = [t]
+        for g in o.itl:
+            t += g
+            times.append(t)
+        for x in times:
+            tokens[int(x - t0)] += 1
+        active[int(o.start_s - t0):int(o.start_s + o.latency - t0) + 1] += 1
+    return float(tokens.max()), int(active.max())
+
+
+def test_peaks_equal_the_dense_count_and_stay_bounded_at_low_rates() -> None:
+    rng = np.random.default_rng(3)
+    for _ in range(30):
+        ok = []
+        for _ in range(int(rng.integers(1, 12))):
+            itl = list(rng.exponential(0.4, size=int(rng.integers(0, 6))))
+            ttft = float(rng.exponential(0.5))
+            ok.append(RequestOutcome(1, True, 1 + len(itl), ttft, itl, ttft + sum(itl),
+                                     float(rng.uniform(0, 6))))
+        r = vllm_results(ok, 10.0)
+        assert (r["max_output_tokens_per_s"], r["max_concurrent_requests"]) == _dense_peaks(ok)
+    # two requests 10^10 s apart (a rate of 1e-10 req/s): no 10^10-slot array
+    far = [RequestOutcome(1, True, 2, 0.1, [0.2], 0.3, 0.0),
+           RequestOutcome(1, True, 3, 0.1, [0.1, 0.1], 0.3, 1e10)]
+    r = vllm_results(far, 1e10)
+    assert (r["max_output_tokens_per_s"], r["max_concurrent_requests"]) == (3.0, 1)

@@ -33,7 +33,7 @@ def test_bench_serve_reproduces_server_token_counts(srv: Running, tmp_path: Path
     out = tmp_path / "result.json"
     assert main(["bench", "serve", "--base-url", srv.url, "--dataset-name", "sharegpt",
                  "--dataset-path", str(data), "--num-prompts", "24", "--request-rate", "40",
-                 "--seed", "1", "--max-concurrency", "12", "--ignore-eos",
+                 "--seed", "1", "--max-concurrency", "12", "--ignore-eos", "--save-detailed",
                  "--result-file", str(out), "--no-progress"]) == 0
     r = json.loads(out.read_text())
     assert set(r) >= VLLM_KEYS
@@ -79,3 +79,23 @@ def test_client_against_the_stub_server() -> None:
 
     r = client_throughput(300, 32)
     assert r["completed"] == 300 and r["requests_per_s"] > 0
+
+
+def test_two_real_replicas_share_a_benchmark_round_robin(srv: Running, tmp_path: Path) -> None:
+    with running_server() as other:
+        before = [(s.metric("loopserve:prompt_tokens_total"),
+                   s.metric("loopserve:generation_tokens_total")) for s in (srv, other)]
+        out = tmp_path / "two.json"
+        assert main(["bench", "serve", "--base-url", f"{srv.url},{other.url}",
+                     "--dataset-name", "random", "--random-input-len", "6",
+                     "--random-output-len", "4", "--random-range-ratio", "0.5",
+                     "--num-prompts", "6", "--ignore-eos",
+                     "--save-detailed", "--result-file", str(out), "--no-progress"]) == 0
+        after = [(s.metric("loopserve:prompt_tokens_total"),
+                  s.metric("loopserve:generation_tokens_total")) for s in (srv, other)]
+    r = json.loads(out.read_text())
+    assert r["completed"] == 6 and r["base_urls"] == [srv.url, other.url]
+    # requests 0, 2, 4 to the first replica, 1, 3, 5 to the second
+    for k, ((p0, g0), (p1, g1)) in enumerate(zip(before, after, strict=True)):
+        assert p1 - p0 == sum(r["input_lens"][k::2]) and g1 - g0 == sum(r["output_lens"][k::2])
+    assert r["input_lens"][0::2] != r["input_lens"][1::2]  # the split is visible
