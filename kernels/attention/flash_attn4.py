@@ -130,7 +130,7 @@ class FlashAttn4Backend(AttentionBackend):
         if not isinstance(args, FA4Args):
             raise RuntimeError("flash_attn_4: prepare(meta) was not called for this core call")
         if self._fn is None:
-            from flash_attn.cute import flash_attn_varlen_func
+            from flash_attn.cute import flash_attn_varlen_func  # type: ignore[import-not-found]
 
             self._fn = flash_attn_varlen_func
         out, _ = self._fn(
