@@ -65,7 +65,8 @@ class CallGraphs:
     """Graphs of one runner's RECURRENT calls in ``mode`` (``decode`` or ``mixed``).
 
     ``forward(hidden, positions, meta)`` is the model's recurrent forward over the runner's
-    KV cache. ``stats`` counts replays, captures and eager fallbacks by reason.
+    KV cache. ``stats`` counts replays, captures and eager calls by reason (a backend that
+    cannot capture says so once; its calls count as having no bucket after that).
     """
 
     def __init__(self, mode: str, sizes: Sequence[int], static: StaticCall,
@@ -79,6 +80,7 @@ class CallGraphs:
         self.capture = capture
         self.max_graphs = max_graphs
         self._graphs: dict[Hashable, _Graph] = {}
+        self._uncapturable = False  # the backend said so once: no more padded fills
         self.stats: dict[str, int] = {}
 
     def _count(self, what: str) -> None:
@@ -87,9 +89,11 @@ class CallGraphs:
     def bucket(self, prep: PreparedCall, num_rows: int) -> Bucket | None:
         """The bucket this call replays in (None: eager)."""
         d = prep.meta.num_decode_seqs
-        if prep.meta.num_seqs > self.static.max_rows:
-            return None
-        return choose_bucket(self.mode, d, num_rows - d, self.sizes)
+        bucket = None if self._uncapturable or prep.meta.num_seqs > self.static.max_rows \
+            else choose_bucket(self.mode, d, num_rows - d, self.sizes)
+        if bucket is None:
+            self._count("eager: no bucket")
+        return bucket
 
     def run(self, prep: PreparedCall, x: torch.Tensor, bucket: Bucket) -> torch.Tensor | None:
         """The call's output rows via a graph of ``bucket``; None when it must run eager
@@ -99,6 +103,7 @@ class CallGraphs:
         shape = self.backend.graph_key(meta)
         if shape is None:
             self._count(f"eager: {self.backend.name} does not capture")
+            self._uncapturable = True
             return None
         key = (bucket, self.static.generation, shape)
         graph = self._graphs.get(key)
