@@ -68,10 +68,12 @@ def build_runner(
     attention_backend: str = "auto",
     *,
     sync_steps: bool = False,
+    cuda_graphs: str = "off",
 ) -> ModelRunner:
     """A ModelRunner for a preset, a checkpoint directory or a built model; bound to the core
     when one is given (``run_realtime`` binds a fresh core itself). ``sync_steps`` makes each
-    step wait for the device (CUDA step times for profiling and calibration)."""
+    step wait for the device (CUDA step times for profiling and calibration); ``cuda_graphs``
+    (off | decode | mixed) replays RECURRENT calls from CUDA graphs."""
     dtype = dtype or default_dtype(device)
     if isinstance(model_name_or_dir, OuroForCausalLM):
         model = model_name_or_dir
@@ -81,7 +83,8 @@ def build_runner(
     cfg = core.cfg if core is not None else engine_cfg_or_core
     assert isinstance(cfg, EngineConfig)
     runner = ModelRunner(
-        model, cfg, None, device, dtype, attention_backend, seed=seed, sync_steps=sync_steps
+        model, cfg, None, device, dtype, attention_backend, seed=seed, sync_steps=sync_steps,
+        cuda_graphs=cuda_graphs,
     )
     if core is not None:
         runner.bind(core)

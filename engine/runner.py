@@ -23,10 +23,11 @@ from engine.core.config import EngineConfig, ExitConfig
 from engine.core.engine_core import EngineCore
 from engine.core.request import Request, SamplingParams, Stage
 from engine.core.results import CodaResult, RecurrentResult, StepResult
+from engine.graphs.build import CallGraphs, Capture, GraphSettings, build_call_graphs
 from engine.kv_cache import KVCache
 from engine.live_items import expand_result, live_items
 from engine.model.alloc import default_dtype
-from engine.model.lookahead import LookaheadHead
+from engine.model.lookahead import LookaheadHead, LookaheadHeads
 from engine.model.ouro import OuroForCausalLM
 from engine.readback import Readbacks
 from engine.sampling import sample
@@ -58,6 +59,7 @@ class ModelRunner:
         *,
         seed: int = 0,
         sync_steps: bool = False,
+        cuda_graphs: str = "off", graph_capture: Capture | None = None,
     ) -> None:
         shape = model.config.to_shape()
         if shape != engine_cfg.model:
@@ -72,6 +74,7 @@ class ModelRunner:
             AttentionShape(shape.num_heads, shape.num_kv_heads, shape.head_dim, self.dtype),
         )
         self.seed = seed
+        self.graph_settings = GraphSettings.checked(cuda_graphs, self.device, graph_capture)
         # Wait for the device at the end of every step, so step end times are device times
         # (profiling, calibration). Off by default: the eager loop then syncs only where it
         # reads results back (gate signals, sampled tokens).
@@ -84,16 +87,16 @@ class ModelRunner:
         self.hidden_hook: HiddenHook | None = None
         self.last_prepare_s = 0.0  # host time in _prepare_batch during the last execute
         self.readbacks = Readbacks()  # device -> host copies (last_step: the last execute's)
-        self._lookahead: dict[int, LookaheadHead] = {}
+        self._head = LookaheadHeads(model.config.hidden_size, self.device)  # by seed
         self.cfg = engine_cfg
         self._allocate(engine_cfg)
 
     # ---- lifecycle -----------------------------------------------------------------------
     def _allocate(self, cfg: EngineConfig) -> None:
         cache = cfg.cache
-        self.kv_cache = KVCache(
-            cfg.model, cache.num_blocks, cache.block_size, self.device, self.dtype
-        )
+        extra = self.graph_settings.scratch_blocks  # the graphs' padding rows write there
+        self.kv_cache = KVCache(cfg.model, cache.num_blocks + extra, cache.block_size,
+                                self.device, self.dtype)
         self._allocate_states(cfg)
 
     def _allocate_states(self, cfg: EngineConfig) -> None:
@@ -104,6 +107,8 @@ class ModelRunner:
             sched.max_num_seqs, sched.effective_chunk_size, hidden, self.device, self.dtype
         )
         self.decode_states = DecodeStateBuffers(sched.max_num_seqs, hidden, self.device, self.dtype)
+        self.graphs: CallGraphs | None = build_call_graphs(
+            self.graph_settings, cfg, self.model, self.kv_cache, self.backend)
 
     def bind(self, core: EngineCore) -> None:
         """Serve ``core`` from now on: its block manager and request params; fresh state
@@ -204,10 +209,11 @@ class ModelRunner:
         )
 
     # ---- core calls ----------------------------------------------------------------------
-    def _prepare_batch(self, pairs: CallPairs) -> PreparedCall:
+    def _prepare_batch(self, pairs: CallPairs, backend_prepare: bool = True) -> PreparedCall:
         t0 = time.perf_counter()
         prep = prepare_call(pairs, self._bound_block_manager(), self.device, self._tables)
-        self.backend.prepare(prep.meta)
+        if backend_prepare:
+            self.backend.prepare(prep.meta)
         self.last_prepare_s += time.perf_counter() - t0
         return prep
 
@@ -232,10 +238,12 @@ class ModelRunner:
         work: dict[int, torch.Tensor] = {}
         layers = self.kv_cache.layers
         last: tuple[CallPairs, torch.Tensor] | None = None
+        graphs = self.graphs if batch.stage is Stage.RECURRENT else None
         for pairs in batch.core_call_items():
-            prep = self._prepare_batch(pairs)
+            prep = self._prepare_batch(pairs, graphs is None)
             x = self._inputs(pairs, work)
-            y = self.model.recurrent(x, prep.positions, layers, prep.meta, self.backend)
+            y = self.model.recurrent(x, prep.positions, layers, prep.meta, self.backend) \
+                if graphs is None else graphs.call(prep, x)
             for (item, depth), (r0, r1) in zip(pairs, prep.row_ranges, strict=True):
                 work[id(item)] = y[r0:r1]
                 if self.hidden_hook is not None:
@@ -286,14 +294,6 @@ class ModelRunner:
             for i, v in zip(rows_read, host.tolist(), strict=True):
                 out[i] = float(v)
         return tuple(out)
-
-    def _head(self, seed: int) -> LookaheadHead:
-        head = self._lookahead.get(seed)
-        if head is None:
-            head = self._lookahead[seed] = LookaheadHead(
-                self.model.config.hidden_size, seed
-            ).to(self.device)
-        return head
 
     def lookahead_head(self, exit_cfg: ExitConfig) -> LookaheadHead:
         """The random_lookahead head this runner uses for ``exit_cfg`` (built once per seed)."""

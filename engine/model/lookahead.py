@@ -24,3 +24,18 @@ class LookaheadHead(nn.Module):
         """Score in fp32, [N]."""
         w, b = self.proj.weight, self.proj.bias
         return torch.sigmoid(F.linear(hidden.float(), w.float(), b.float()))[:, 0]
+
+
+class LookaheadHeads:
+    """The ``random_lookahead`` heads of one runner by seed, each built once on ``device``."""
+
+    def __init__(self, hidden_size: int, device: torch.device) -> None:
+        self.hidden_size = hidden_size
+        self.device = device
+        self._by_seed: dict[int, LookaheadHead] = {}
+
+    def __call__(self, seed: int) -> LookaheadHead:
+        head = self._by_seed.get(seed)
+        if head is None:
+            head = self._by_seed[seed] = LookaheadHead(self.hidden_size, seed).to(self.device)
+        return head

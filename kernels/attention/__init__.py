@@ -2,7 +2,9 @@
 
 ``torch`` (the fp32 reference) runs everywhere; ``triton`` (the packed paged kernel) where
 triton imports and either CUDA is present or ``TRITON_INTERPRET=1`` runs its CPU
-interpreter. ``auto`` (``resolve_backend``) is triton on CUDA and torch elsewhere.
+interpreter; ``flash_attn_4`` (FA4's packed paged forward) on CUDA SM90+ with the ``fa4`` extra.
+``auto`` (``resolve_backend``) is triton on CUDA and torch elsewhere; it picks flash_attn_4 on
+SM90+ only once ``FA4_IN_AUTO`` is set, after the GPU check has validated it.
 """
 
 from __future__ import annotations
@@ -13,13 +15,15 @@ import os
 import torch
 
 from kernels.attention.base import AttentionBackend, AttentionMetadata, AttentionShape
+from kernels.attention.flash_attn4 import fa4_unavailable
 from kernels.attention.torch_ref import TorchRefBackend
 
 # Backends planned behind the same interface (docs/design.md); none ships yet.
 _PLANNED = {
     "torch_varlen": "the adapter for torch's CUDA varlen attention is not implemented yet",
-    "flash_attn": "the flash-attn adapter is not implemented yet",
+    "flash_attn": "use flash_attn_4 (FA4's packed paged forward)",
 }
+FA4_IN_AUTO = False  # not yet validated on a GPU (docs/gpu.md); then auto takes it on SM90+
 
 
 def interpreter_requested() -> bool:
@@ -39,7 +43,8 @@ def triton_unavailable() -> str | None:
 
 def available_backends() -> list[str]:
     """Names ``get_backend`` accepts on this machine (``auto`` aside)."""
-    return ["torch"] + (["triton"] if triton_unavailable() is None else [])
+    return (["torch"] + (["triton"] if triton_unavailable() is None else [])
+            + (["flash_attn_4"] if fa4_unavailable() is None else []))
 
 
 def resolve_backend(name: str, device: torch.device | str) -> str:
@@ -47,6 +52,8 @@ def resolve_backend(name: str, device: torch.device | str) -> str:
     given."""
     if name != "auto":
         return name
+    if FA4_IN_AUTO and torch.device(device).type == "cuda" and fa4_unavailable() is None:
+        return "flash_attn_4"
     return "triton" if torch.device(device).type == "cuda" and triton_unavailable() is None \
         else "torch"
 
@@ -63,6 +70,13 @@ def get_backend(name: str, shape: AttentionShape | None = None) -> AttentionBack
         from kernels.attention.triton_backend import TritonBackend
 
         backend = TritonBackend()
+    elif name == "flash_attn_4":
+        why = fa4_unavailable()
+        if why is not None:
+            raise ValueError(f"attention_backend: 'flash_attn_4' is not available: {why}")
+        from kernels.attention.flash_attn4 import FlashAttn4Backend
+
+        backend = FlashAttn4Backend()
     elif name in _PLANNED:
         raise ValueError(f"attention_backend: {name!r} is not available: {_PLANNED[name]}")
     else:
@@ -80,6 +94,7 @@ __all__ = [
     "AttentionMetadata",
     "AttentionShape",
     "TorchRefBackend",
+    "FA4_IN_AUTO",
     "available_backends",
     "get_backend",
     "resolve_backend",

@@ -10,6 +10,7 @@ at the last ``query_len`` of those positions.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections.abc import Hashable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -77,6 +78,18 @@ class AttentionBackend(ABC):
     def prepare(self, meta: AttentionMetadata) -> None:
         """Precompute per-call state (gather indices, masks) into ``meta.backend_state``."""
         meta.backend_state = None
+
+    def graph_key(self, meta: AttentionMetadata) -> Hashable | None:
+        """The launch shape of a prepared call that a captured graph can replay (equal keys:
+        the same kernels and arguments, inputs in the same buffers); None when this backend
+        cannot be captured. May set host scalars of the state to values valid for the whole
+        key (a graph keeps the ones it was captured with)."""
+        return None
+
+    def refill(self, captured: AttentionMetadata, meta: AttentionMetadata) -> None:
+        """Copy ``meta``'s per-call device state into the ``captured`` call's (same key);
+        a backend whose state is all in the static buffers has nothing to copy."""
+        return None
 
     def write_kv(
         self,

@@ -10,7 +10,7 @@ split), and reads nothing back. Runs on CUDA, or on the CPU under ``TRITON_INTER
 from __future__ import annotations
 
 import array
-from collections.abc import Sequence
+from collections.abc import Hashable, Sequence
 from dataclasses import dataclass
 
 import torch
@@ -22,6 +22,7 @@ from kernels.attention.triton_plan import SPLIT_KEYS, LaunchPlan, SplitPolicy, p
 DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 HEAD_DIMS = (8, 16, 32, 64, 128, 256)
 MAX_BLOCK_SIZE = 1024
+UNSPLIT_CHUNK = 1 << 30  # the chunk of unsplit decode programs in a captured call
 
 
 def check_shape(shape: AttentionShape) -> None:
@@ -129,6 +130,24 @@ class TritonBackend(AttentionBackend):
         max_splits = 1 << max(0, policy.max_splits - 1).bit_length()
         meta.backend_state = _TritonState(plan, work, self._partials(device, plan.num_parts),
                                           tile_n, chunk, max_splits)
+
+    def graph_key(self, meta: AttentionMetadata) -> Hashable | None:
+        state = meta.backend_state
+        if not isinstance(state, _TritonState):
+            raise RuntimeError("triton attention: prepare(meta) was not called for this core call")
+        plan = state.plan
+        if plan.num_splits == 1:
+            # One split covers keys [0, min(ctx, chunk)): any chunk past every context gives
+            # the same result, so the captured scalar holds for every later context.
+            state.chunk = UNSPLIT_CHUNK
+        return (plan.num_decode, plan.num_prompt_items, plan.num_splits, state.chunk,
+                plan.block_m, state.tile_n, state.max_splits, state.partials[0].data_ptr())
+
+    def refill(self, captured: AttentionMetadata, meta: AttentionMetadata) -> None:
+        old, new = captured.backend_state, meta.backend_state
+        assert isinstance(old, _TritonState) and isinstance(new, _TritonState)
+        if new.plan.num_prompt_items:
+            old.work.copy_(new.work)
 
     def write_kv(self, k: torch.Tensor, v: torch.Tensor, k_cache: torch.Tensor,
                  v_cache: torch.Tensor, meta: AttentionMetadata) -> None:

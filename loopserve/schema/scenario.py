@@ -112,6 +112,10 @@ class RunnerSpec(StrictModel):
     """Real-engine settings (``--target cpu|cuda``); the simulator ignores them."""
 
     attention_backend: str = "auto"  # triton on cuda, torch on cpu; env.json says which ran
+    # RECURRENT core calls replayed from CUDA graphs (cuda target only): decode-only calls, or
+    # also mixed calls whose prompt rows fit a bucket; the rest run eager. Not yet validated
+    # on a GPU (docs/gpu.md).
+    cuda_graphs: Literal["off", "decode", "mixed"] = "off"
     dtype: Literal["float32", "bfloat16", "float16"] | None = None  # None: fp32 cpu, bf16 cuda
     warmup: bool = True  # one untimed run of the first arm first (allocator, kernels, caches)
     # torch intra-op threads on CPU (None: torch's default); calibrated CPU profiles record

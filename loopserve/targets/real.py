@@ -46,6 +46,10 @@ class RealTarget:
         r = scn.runner
         self.dtype = getattr(torch, r.dtype) if r.dtype else default_dtype(target)
         self.attention_backend = r.attention_backend
+        self.cuda_graphs = r.cuda_graphs
+        if target != "cuda" and r.cuda_graphs != "off":
+            raise UserError("runner.cuda_graphs", f"{r.cuda_graphs!r} needs --target cuda, not "
+                            f"{target}; set cuda_graphs: off")
         self.backend_used: str | None = None  # what the runners ran (auto resolved)
         if target == "cpu":
             # Same allocator as `loopserve calibrate`, so measured steps match the profile.
@@ -62,7 +66,7 @@ class RealTarget:
         be built (an unavailable attention backend, say)."""
         try:
             runner = build_runner(self.model, cfg, self.device, self.dtype, seed,
-                                  self.attention_backend)
+                                  self.attention_backend, cuda_graphs=self.cuda_graphs)
         except ValueError as err:
             raise UserError.from_value_error(err, "runner") from None
         self.backend_used = runner.backend.name
@@ -71,6 +75,7 @@ class RealTarget:
     def info(self) -> dict[str, Any]:
         """What env.json records of the real engine: the backend that ran, the dtype."""
         return {"attention_backend": self.backend_used, "requested": self.attention_backend,
+                "cuda_graphs": self.cuda_graphs,
                 "dtype": str(self.dtype).removeprefix("torch.")}
 
     def run(self, spec: RunSpec, source: ArrivalSource) -> RunRecords:

@@ -10,6 +10,8 @@ next one runs; the exit status is non-zero at the end if any failed):
 3. ``ceilings``  device-to-device copy bandwidth and a bf16 matmul (CUDA events);
 4. ``pytest``    ``pytest -m gpu``;
 5. ``core``      recurrent core call time at 1/8/32 decode rows against the weight floor;
+   ``fa4``, ``graphs``, ``graph_tokens`` (and ``graph_runs`` after ``runs``): the GPU path,
+                 flash_attn_4 and CUDA graphs against eager (skipped in the dry run);
 6. ``runs``      ``loopserve run scenarios/gpu-check.yaml`` on the device and in simulation,
                  then ``loopserve report`` of both, packed as runs.tar.gz;
 7. ``calibrate`` ``loopserve calibrate`` when the command exists.
@@ -23,6 +25,7 @@ The script itself uses the standard library only; torch and the project run in s
 Modules: ``check`` (the driver and the command line), ``context`` (the running ``Check``),
 ``stages`` (the stage table) with ``setup_stages``, ``device_stages`` and ``project_stages``,
 ``measure`` (the device measurements' entry point, torch) with ``facts``, ``ceilings``,
-``core``, ``sizes`` and ``timing``, plus ``proc``, ``outputs`` and ``wheels``.
+``core``, ``sizes`` and ``timing``, plus ``proc``, ``outputs`` and ``wheels``; the GPU path's
+``graph_stages``, ``graph_measure`` (torch) with ``graphs``, ``graph_table`` and ``wheel_split``.
 """
 

@@ -29,6 +29,10 @@ def run_stage(c: Check, spec: StageSpec, later: list[StageSpec]) -> None:
         why = "not in --only" if c.only is not None else "runs only with --only"
         c.stages.append(StageResult(spec.name, "skipped", 0.0, why))
         return
+    if c.dry and spec.cuda_only:
+        c.stages.append(StageResult(spec.name, "skipped", 0.0, spec.cuda_only))
+        c.say(f"== {spec.name}: skipped ({spec.cuda_only})")
+        return
     left = c.budget_s - (time.monotonic() - c.start) - FINALIZE_RESERVE_S
     reserve = sum(s.reserve for s in later if s.selected(c.only))
     cap = min(spec.cap_cpu if c.dry else spec.cap_cuda, left - reserve)

@@ -13,6 +13,8 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 from typing import Any
 
+from tools.gpu.graph_table import graph_lines
+
 # What comes back from $OUT on the device machine (docs/gpu.md, "Outputs").
 MAX_FILES = 8
 MAX_FILE_BYTES = 16 * 2**20
@@ -191,4 +193,5 @@ def final_table(results: dict[str, Any]) -> str:
     for name, key in (("ITL p99", "itl_p99"), ("output tok/s", "output_tok_s")):
         lines.append(
             f"  {name:<12} {_fmt(real.get(key), '.3f'):>14} {_fmt(sim.get(key), '.3f'):>10}")
+    lines += graph_lines(results)
     return "\n".join(lines)

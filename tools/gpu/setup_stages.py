@@ -7,20 +7,24 @@ from __future__ import annotations
 import json
 import re
 import sys
+from pathlib import Path
 
+from tools.gpu import wheel_split
 from tools.gpu import wheels as carried
 from tools.gpu.context import Check
 from tools.gpu.proc import StageFailed, require
 
 REQUIRED_IMPORTS = ("simpy", "pydantic", "yaml", "numpy", "pandas", "matplotlib", "tqdm",
                     "torch", "pytest")
-OPTIONAL_IMPORTS = ("triton", "hypothesis")
+OPTIONAL_IMPORTS = ("triton", "hypothesis", "flash_attn.cute")
 
 
 def install_wheels(c: Check, cap: float) -> str:
     """Install the carried wheels offline, then check the imports the project needs."""
     files = sorted(c.wheels_dir.glob("*.whl")) if c.wheels_dir.is_dir() else []
-    notes = []
+    fa4, fa4_problems = fa4_wheels(c)
+    files += fa4
+    notes = [f"flash-attn-4 wheels left out: {'; '.join(fa4_problems)}"] if fa4_problems else []
     if not files:
         notes.append(f"no wheels in {c.wheels_dir.name}/")
     else:
@@ -40,7 +44,7 @@ def install_wheels(c: Check, cap: float) -> str:
         notes.append(f"{len(files)} wheels -> {c.site_dir}"
                      + ("" if native else " (cp312 target, not on this Python's path)"))
         c.results["wheels"] = {"files": [p.name for p in files], "installed": installed,
-                               "on_path": native}
+                               "on_path": native, "fa4_problems": fa4_problems}
     imports = check_imports(c, cap / 2)
     missing = [m for m in REQUIRED_IMPORTS if imports.get(m) is None]
     c.say("imports: " + ", ".join(f"{m} {v or 'MISSING'}" for m, v in imports.items()))
@@ -49,6 +53,15 @@ def install_wheels(c: Check, cap: float) -> str:
         raise StageFailed("; ".join(notes) + f"; MISSING {', '.join(missing)} "
                           "(carry them as wheels: make gpu-wheels, carry .whl; docs/gpu.md)")
     return "; ".join(notes) + f"; imports ok ({opt})"
+
+
+def fa4_wheels(c: Check) -> tuple[list[Path], list[str]]:
+    """flash-attn-4's wheels: the carried call folder of ``.whl-fa4`` (the one holding the
+    manifest) and what earlier calls stashed, split wheels joined; plus what is missing."""
+    finals = sorted((c.wheels_dir.parent / ".whl-fa4").glob(f"call*/{wheel_split.MANIFEST}"))
+    if not finals or c.dry:  # the dry run has no use for them (FA4 runs on CUDA only)
+        return [], []
+    return wheel_split.gather(finals[-1].parent, wheel_split.STASH_DIR, c.scratch / "joined")
 
 
 def check_imports(c: Check, timeout: float) -> dict[str, str | None]:

@@ -11,6 +11,8 @@ from dataclasses import dataclass
 
 from tools.gpu.context import Check
 from tools.gpu.device_stages import ceilings, core, divergence, kernel, pytest
+from tools.gpu.graph_stages import DRY_RUN_REASON as GPU_PATH
+from tools.gpu.graph_stages import fa4, graph_runs, graph_tokens, graphs
 from tools.gpu.project_stages import calibrate, fidelity, runs
 from tools.gpu.setup_stages import env, install_wheels
 
@@ -18,13 +20,15 @@ from tools.gpu.setup_stages import env, install_wheels
 @dataclass(frozen=True)
 class StageSpec:
     """A stage: its cap in seconds on CUDA and on CPU, and the time it keeps in reserve.
-    A stage that is not ``default`` runs only when ``--only`` names it."""
+    A stage that is not ``default`` runs only when ``--only`` names it; one with
+    ``cuda_only`` (the reason) is skipped in the dry run."""
 
     name: str
     cap_cuda: float
     cap_cpu: float
     reserve: float
     default: bool = True
+    cuda_only: str | None = None
 
     def selected(self, only: set[str] | None) -> bool:
         return self.default if only is None else self.name in only
@@ -37,7 +41,14 @@ STAGES = (
     StageSpec("kernel", 100, 60, 15),
     StageSpec("pytest", 120, 90, 20),
     StageSpec("core", 90, 60, 20),
+    # The GPU path (CUDA graphs, flash_attn_4): skipped at once in the dry run, so they keep
+    # no reserve (the dry run's budget is the other stages'); on a GPU they take what the
+    # earlier stages leave, or a call of their own (docs/gpu.md).
+    StageSpec("fa4", 90, 10, 0, cuda_only=GPU_PATH),
+    StageSpec("graphs", 150, 10, 0, cuda_only=GPU_PATH),
+    StageSpec("graph_tokens", 120, 10, 0, cuda_only=GPU_PATH),
     StageSpec("runs", 240, 120, 60),
+    StageSpec("graph_runs", 150, 10, 0, cuda_only=GPU_PATH),
     StageSpec("divergence", 120, 45, 20),
     StageSpec("calibrate", 160, 80, 20),
     # Needs the calibrate stage's profile, and its own budget on a GPU: a second call,
@@ -48,5 +59,6 @@ STAGES = (
 RUNNERS: dict[str, Callable[[Check, float], str]] = {
     "wheels": install_wheels, "env": env, "ceilings": ceilings, "kernel": kernel,
     "pytest": pytest, "core": core, "runs": runs, "divergence": divergence,
-    "calibrate": calibrate, "fidelity": fidelity,
+    "calibrate": calibrate, "fidelity": fidelity, "fa4": fa4, "graphs": graphs,
+    "graph_tokens": graph_tokens, "graph_runs": graph_runs,
 }

@@ -4,7 +4,9 @@ The GPU image (Python 3.12, torch, numpy, pandas, matplotlib, pyyaml, pytest, ..
 and pydantic. ``python -m tools.gpu.wheels`` (``make gpu-wheels``) downloads cp312 manylinux
 wheels of the versions installed in this venv into the git-ignored ``.whl/`` and writes
 ``.whl/COMMIT`` (the working tree that travels to the GPU machine carries no ``.git``).
-``install_wheels`` is what ``tools.gpu.check`` runs there. Standard library only.
+``install_wheels`` is what ``tools.gpu.check`` runs there. It also brings flash-attn-4 and
+what it needs (``tools.gpu.wheel_split``: over 64 MiB, so split over calls into
+``.whl-fa4/call<k>/``; ``--no-fa4`` skips them). Standard library only.
 """
 
 from __future__ import annotations
@@ -17,9 +19,11 @@ from importlib import metadata
 from pathlib import Path
 
 from loopserve.outputs.env_info import commit_label
+from tools.gpu import wheel_split
 
 REPO = Path(__file__).resolve().parents[2]
 WHEEL_DIR = REPO / ".whl"
+FA4_DIR = REPO / ".whl-fa4"
 SITE_DIR = Path("/tmp/site")
 # Missing from the GPU image; typing_extensions travels too because pydantic-core needs a
 # recent one and a newer copy is backward compatible with torch's use of it.
@@ -88,6 +92,7 @@ def main(argv: list[str] | None = None) -> int:
     """Download the wheels, drop stale versions, check their tags, write COMMIT."""
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--dest", type=Path, default=WHEEL_DIR)
+    ap.add_argument("--no-fa4", action="store_true", help="leave out flash-attn-4's wheels")
     args = ap.parse_args(argv)
     args.dest.mkdir(parents=True, exist_ok=True)
     specs = pinned()
@@ -113,6 +118,38 @@ def main(argv: list[str] | None = None) -> int:
           f"commit {commit}")
     for n in names:
         print(f"  {n}")
+    return 0 if args.no_fa4 else fa4_calls(size)
+
+
+def fa4_calls(base: int, dest: Path = FA4_DIR) -> int:
+    """Download FA4's wheels into ``dest/download``, split them over calls, print the plan."""
+    download = dest / "download"
+    download.mkdir(parents=True, exist_ok=True)
+    res = subprocess.run(download_command(download, list(wheel_split.FA4_PINS)), check=False)
+    if res.returncode != 0:
+        print(f"gpu-wheels: pip download of flash-attn-4 failed ({res.returncode})",
+              file=sys.stderr)
+        return res.returncode
+    wanted = {pin.split("==")[0].replace("-", "_").lower() for pin in wheel_split.FA4_PINS}
+    wheels = {p.name: p.stat().st_size for p in download.glob("*.whl")
+              if p.name.split("-")[0].lower() in wanted}
+    try:
+        calls = wheel_split.plan_calls(wheels, wheel_split.tree_bytes(REPO), base)
+    except ValueError as err:
+        print(f"gpu-wheels: {err}", file=sys.stderr)
+        return 1
+    folders = wheel_split.write_calls(download, dest, calls)
+    print(f"gpu-wheels: flash-attn-4 ({sum(wheels.values()) / 2**20:.1f} MiB) over "
+          f"{len(calls)} calls on one warm machine:")
+    for k, folder in enumerate(folders, start=1):
+        rel = folder.relative_to(REPO) if folder.is_relative_to(REPO) else folder
+        mib = sum(p.size for p in calls[k - 1]) / 2**20
+        if k < len(folders):
+            print(f"  call {k}: carry [\"{rel}\"] ({mib:.1f} MiB), command: mkdir -p "
+                  f"{wheel_split.STASH_DIR} && cp {rel}/* {wheel_split.STASH_DIR}/")
+        else:
+            print(f"  call {k}: carry [\".whl\", \"{rel}\"] ({mib:.1f} MiB + .whl), "
+                  "command: make gpu-check")
     return 0
 
 
