@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from engine.core.config import ModelShape
 from engine.core.records import ArrivalSource, RunRecords
 from loopserve.targets.base import RunSpec
+from sim.cluster import simulate_cluster
 from sim.cost.base import CostModel
 from sim.driver import simulate
 from sim.exit_model import ExitDraw, make_signal_fn
@@ -39,5 +40,8 @@ class SimTarget:
                                    profile=(self.exit_profiles or {}).get(spec.point_id),
                                    layout=spec.cfg.cache.layout,
                                    draw=(self.exit_draws or {}).get(spec.point_id, "request"))
+        if spec.cluster is not None:
+            return simulate_cluster(spec.cfg, spec.cluster, source, cost, signal_fn=signal_fn,
+                                    seed=spec.seed, vocab_size=self.shape.vocab_size)
         return simulate(spec.cfg, source, cost, signal_fn=signal_fn, seed=spec.seed,
                         vocab_size=self.shape.vocab_size)

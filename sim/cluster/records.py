@@ -22,7 +22,7 @@ class RequestInfo:
     disaggregation), ``prefill_replica`` ran its prompt (-1 without disaggregation).
     ``sampled_s`` is when the prefill replica sampled its first token, ``landed_s`` when its
     KV reached the decode replica (None when it never moved), ``kv_transfer_s`` how long it
-    held a link."""
+    held a link, ``admitted_s`` when the replica its prompt ran on admitted it."""
 
     arrival_s: float
     replica: int
@@ -31,6 +31,7 @@ class RequestInfo:
     kv_transfer_s: float = math.nan
     sampled_s: float | None = None
     landed_s: float | None = None
+    admitted_s: float | None = None  # admitted where its prompt ran
 
     @property
     def entry(self) -> int:
@@ -102,9 +103,12 @@ def merge(replicas: Sequence[tuple[str, StepLoop, float]],
         out.steps, out.tokens = steps, TokenTable.of(tokens)
         out.prefix_cache = _sum_stats([p.prefix_cache for p in parts])
     served = [len(p.tokens) for p in parts]
-    prompts = {q.request_id: q.prompt_tokens for p in parts for q in p.requests}
-    for rid, where in info.items():
-        served[where.entry] += prompts.get(rid, 0)
+    for r, p in enumerate(parts):
+        for q in p.requests:
+            where = info[q.request_id]
+            if where.entry == r:
+                served[r] += q.prompt_tokens
+                where.admitted_s = q.admitted_s
     out.cluster = ClusterInfo(step_replica, info, [role for role, _, _ in replicas],
                               [busy for _, _, busy in replicas], served)
     return out
