@@ -47,7 +47,7 @@ class _Forward:
     """A replica's arrival source: nothing timed; the arrivals its tokens trigger go to the
     cluster's router instead of into this replica."""
 
-    def __init__(self, run: _ClusterRun) -> None:
+    def __init__(self, run: ClusterRun) -> None:
         self.run = run
 
     def initial(self) -> list[ArrivalSpec]:
@@ -69,7 +69,7 @@ class _Handoff:
 
 
 class _Replica:
-    def __init__(self, run: _ClusterRun, index: int, cfg: EngineConfig, role: str) -> None:
+    def __init__(self, run: ClusterRun, index: int, cfg: EngineConfig, role: str) -> None:
         self.run = run
         self.index = index
         self.role = role
@@ -147,7 +147,9 @@ class _Replica:
                     run.finished(self, event)
 
 
-class _ClusterRun:
+class ClusterRun:
+    """One cluster run (``simulate_cluster``); ``replicas`` keep their cores after ``run``."""
+
     def __init__(self, cfg: EngineConfig, cluster: ClusterConfig, source: ArrivalSource,
                  cost: CostModel, executor: SimExecutor, seed: int,
                  record_batches: bool) -> None:
@@ -301,4 +303,4 @@ def simulate_cluster(
     (``records.cluster``: ``sim.cluster.records.ClusterInfo``). Raises ``SimulationDeadlock`` if work is left that nothing can
     move, ValueError on a bad request."""
     executor = SimExecutor(seed=seed, vocab_size=vocab_size, signal_fn=signal_fn)
-    return _ClusterRun(cfg, cluster, source, cost, executor, seed, record_batches).run()
+    return ClusterRun(cfg, cluster, source, cost, executor, seed, record_batches).run()
