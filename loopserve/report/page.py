@@ -2,7 +2,7 @@
 
 Sections: the runs (with the resolved cost model), a headline per sweep point, per-arm
 medians at the reference point (with spreads), arm ratios, which option is better on which
-metric (from the medians), the prefix cache (runs with it on), validity with reasons, the
+metric (from the medians), the cluster configurations (runs with a cluster), the prefix cache (runs with it on), validity with reasons, the
 figures, ITL percentiles to p99.9, every sweep point, a glossary, and the resolved scenario. With several runs (e.g. sim and cpu) the tables gain a run column and the
 figures overlay the runs.
 """
@@ -19,6 +19,7 @@ from typing import Any
 import yaml
 
 from loopserve.outputs.rundata import RunData
+from loopserve.report.cluster import cluster_section
 from loopserve.report.exits import exit_depth_figure
 from loopserve.report.glossary import glossary_section
 from loopserve.report.headline import headline_section
@@ -133,7 +134,7 @@ def render_html(runs: Sequence[RunData], figs: Sequence[FigureFile]) -> str:
         "<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'>"
         f"<title>loopserve report: {esc(names)}</title><style>{CSS}</style></head><body>"
         f"<h1>loopserve report: {esc(names)}</h1>{_runs_header(runs)}"
-        f"{headline_section(runs)}"
+        f"{headline_section(runs)}{cluster_section(runs)}"
         f"{medians_section(runs)}{ratios_section(runs)}{verdict_section(runs)}"
         f"{prefix_section(runs)}{validity_section(runs)}<h2>Figures</h2>{fig_html}"
         f"{itl_tail_section(runs)}{points_section(runs)}{glossary_section()}"
