@@ -151,3 +151,12 @@ def test_a_real_target_refuses_a_cluster(tmp_path: Path,
     err = capsys.readouterr().err
     assert rc == 2 and "cluster: the cluster section is simulated only" in err, err
     assert not (tmp_path / "out").exists()
+
+
+def test_a_server_from_a_cluster_scenario_is_one_replica(tmp_path: Path) -> None:
+    pytest.importorskip("torch")
+    from loopserve.server.launch import ServeOptions, _from_scenario
+
+    path = write_scenario(tmp_path, tiny(cluster=PD))
+    cfg, _, _ = _from_scenario(ServeOptions(model="tiny", scenario=str(path), arm="A2"))
+    assert cfg.scheduler.arm == "mixed" and cfg.scheduler.max_num_seqs == 4
