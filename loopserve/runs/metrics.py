@@ -150,7 +150,7 @@ def summarize(records: RunRecords, num_depths: int | None = None) -> Metrics:
         out["prefix_cache_evicted_blocks"] = pc.evicted_blocks
     info = cluster_info(records)
     if info is not None:
-        out.update(cluster_metrics(records, info, out_tok_s))  # type: ignore[typeddict-item]
+        out.update(cluster_metrics(records, info, out_tok_s, distribution_ms))  # type: ignore[typeddict-item]
     return out
 
 

@@ -20,131 +20,23 @@ from __future__ import annotations
 import dataclasses
 import gc
 import time
-from collections import deque
 from collections.abc import Generator
 from typing import Any
 
 import simpy
 
-from engine.core.batch import Batch
 from engine.core.config import EngineConfig
-from engine.core.engine_core import EngineCore
 from engine.core.fake_executor import SignalFn
-from engine.core.kv_handoff import land_prefilled, reserve_prefilled
 from engine.core.records import ArrivalSource, ArrivalSpec, RunRecords
 from engine.core.results import TokenEvent
-from engine.core.run_loop import StepLoop, stall_message
+from engine.core.run_loop import stall_message
 from sim.cluster.config import ClusterConfig, kv_bytes
 from sim.cluster.records import RequestInfo, merge
+from sim.cluster.replica import Handoff, Replica
 from sim.cluster.router import Router
 from sim.cost.base import CostModel
-from sim.cost.waits import Waits
 from sim.errors import SimulationDeadlock
 from sim.executor import SimExecutor
-
-
-class _Forward:
-    """A replica's arrival source: nothing timed; the arrivals its tokens trigger go to the
-    cluster's router instead of into this replica."""
-
-    def __init__(self, run: ClusterRun) -> None:
-        self.run = run
-
-    def initial(self) -> list[ArrivalSpec]:
-        return []
-
-    def on_token(self, event: TokenEvent) -> list[ArrivalSpec]:
-        for spec in self.run.source.on_token(event):
-            self.run.route(spec, event.time_s)
-        return []
-
-
-@dataclasses.dataclass(eq=False)
-class _Handoff:
-    spec: ArrivalSpec
-    arrival_s: float
-    token_id: int
-    reserved: simpy.Event
-    landed_s: float = 0.0
-
-
-class _Replica:
-    def __init__(self, run: ClusterRun, index: int, cfg: EngineConfig, role: str) -> None:
-        self.run = run
-        self.index = index
-        self.role = role
-        self.core = EngineCore(cfg)
-        self.loop = StepLoop(self.core, _Forward(run), run.record_batches)
-        assert self.loop.feeder is not None
-        self.feeder = self.loop.feeder
-        self.idle: simpy.Event | None = None
-        self.busy_s = 0.0
-        self.outstanding = 0
-        self.pending: deque[_Handoff] = deque()  # decode: waiting for a slot and blocks
-        self.landed: list[_Handoff] = []  # decode: KV arrived, not yet taken
-
-    @property
-    def num_outstanding(self) -> int:
-        return self.outstanding
-
-    @property
-    def num_free_blocks(self) -> int:
-        return self.core.block_manager.num_free_blocks
-
-    def wake(self) -> None:
-        if self.idle is not None and not self.idle.triggered:
-            self.idle.succeed()
-
-    def take_handoffs(self, now: float) -> None:
-        core = self.core
-        while self.pending:
-            h = self.pending[0]
-            spec = h.spec
-            if reserve_prefilled(core, spec.request_id, spec.prompt_token_ids, spec.params,
-                                 h.arrival_s, now, spec.priority) is None:
-                break  # FIFO: a later handoff never overtakes a blocked one
-            self.pending.popleft()
-            h.reserved.succeed()
-        for h in self.landed:
-            land_prefilled(core, h.spec.request_id, h.token_id, h.landed_s)
-        self.landed.clear()
-
-    def process(self) -> Generator[simpy.Event, Any, None]:
-        """``sim.driver``'s engine loop, one timeout per step, never ending on its own: the
-        run ends when no process has an event left."""
-        run, env, core, loop = self.run, self.run.env, self.core, self.loop
-        executor, cost = run.executor, run.cost
-        now = env.now
-        prev: Batch | None = None
-        last_end = now
-        waits = Waits()
-        while True:
-            if run.next_due_s <= now:
-                run.route_due(now)
-            if self.pending or self.landed:
-                self.take_handoffs(now)
-            batch = core.schedule(now) if core.has_work() else None
-            if batch is None:
-                if now > env.now:
-                    yield env.timeout(now - env.now)
-                self.idle = env.event()
-                yield self.idle
-                now = env.now
-                continue
-            start = now
-            result = executor.execute(batch)
-            waits.start(start - last_end)
-            duration = cost.step_time(batch, prev, waits.idle_s, waits.since_idle)
-            prev = batch
-            if not duration >= 0.0:
-                raise ValueError(f"cost model returned {duration!r} s for step {batch.step}")
-            end = now = last_end = start + duration
-            yield env.timeout(end - env.now)
-            events = loop.after_step(batch, result, start, end)
-            self.busy_s += duration
-            for event in events:
-                if event.finished:
-                    run.finished(self, event)
 
 
 class ClusterRun:
@@ -164,7 +56,7 @@ class ClusterRun:
         prefill_cfg = dataclasses.replace(
             cfg, scheduler=dataclasses.replace(cfg.scheduler, arm="atomic"))
         self.replicas = [
-            _Replica(self, i, prefill_cfg if cluster.role(i) == "prefill" else cfg,
+            Replica(self, i, prefill_cfg if cluster.role(i) == "prefill" else cfg,
                      cluster.role(i))
             for i in range(cluster.num_replicas)
         ]
@@ -231,7 +123,7 @@ class ClusterRun:
             self.route_due(max(due, env.now))  # by the arrival's own time (sim.driver)
 
     # ---- finishes and handoffs -----------------------------------------------------------
-    def finished(self, replica: _Replica, event: TokenEvent) -> None:
+    def finished(self, replica: Replica, event: TokenEvent) -> None:
         replica.outstanding -= 1
         rid = event.request_id
         spec = self.specs[rid]
@@ -250,7 +142,7 @@ class ClusterRun:
         info.sampled_s = event.time_s
         info.kv_bytes = kv_bytes(self.cfg.model, self.num_planes, len(spec.prompt_token_ids),
                                  self.cluster.kv_transfer.dtype_bytes)
-        h = _Handoff(spec, info.arrival_s, event.token_id, env.event())
+        h = Handoff(spec, info.arrival_s, event.token_id, env.event())
         dest.pending.append(h)
         dest.wake()
         yield h.reserved
