@@ -54,26 +54,35 @@ class Config:
 
 
 def configs(run: RunData) -> list[Config]:
-    """The run's configurations in point then arm order (disaggregated ones deduplicated)."""
+    """The run's configurations in point then arm order; a disaggregated one is one
+    configuration when its arms agree at every rate, else one per arm."""
     base_rate = run.scenario.get("workload", {}).get("request_rate")
-    out: dict[str, Config] = {}
+    by_arm: dict[tuple[str, str], Config] = {}
     for m in run.summary["medians"]:
         if "num_replicas" not in m:
             continue
         values = dict(run.point_values(int(m["point_id"])))
         rate = float(values.pop(RATE_KEY, base_rate or 0.0))
         name = ", ".join(f"{v}" if k == "variant" else f"{k}={v}" for k, v in values.items())
-        pd_run = "kv_transfer_ms" in m
-        n = int(m["num_replicas"])
-        label = (name or f"{n} replicas") + ("" if pd_run else f" ({m['arm']})")
-        if pd_run:
-            same = out.get(label)
-            if same is not None and rate in same.by_rate:
-                if _agrees(same.by_rate[rate], m):
-                    continue
-                label += f" ({m['arm']})"
-        out.setdefault(label, Config(label, pd_run, n)).by_rate[rate] = dict(m)
-    return list(out.values())
+        name = name or f"{int(m['num_replicas'])} replicas"
+        key = (name, str(m["arm"]))
+        cfg = by_arm.setdefault(key, Config(f"{name} ({m['arm']})", "kv_transfer_ms" in m,
+                                            int(m["num_replicas"])))
+        cfg.by_rate[rate] = dict(m)
+    out: list[Config] = []
+    names = list(dict.fromkeys(name for name, _ in by_arm))
+    for name in names:
+        group = [c for (n, _), c in by_arm.items() if n == name]
+        first = group[0]
+        if first.disaggregated and all(
+                c.by_rate.keys() == first.by_rate.keys()
+                and all(_agrees(first.by_rate[r], c.by_rate[r]) for r in c.by_rate)
+                for c in group[1:]):
+            first.label = name
+            out.append(first)
+        else:
+            out += group
+    return out
 
 
 def _agrees(a: dict[str, Any], b: Any) -> bool:

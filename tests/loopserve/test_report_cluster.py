@@ -59,11 +59,13 @@ def test_configurations_capacity_and_headline() -> None:
 
 def test_disaggregated_arms_that_differ_are_shown_apart_and_invalid_misses() -> None:
     medians = [med(2, "atomic", 3.0, 60.0, 100.0, True),
-               med(2, "mixed", 3.5, 60.0, 100.0, True, valid=False)]
+               med(2, "mixed", 3.5, 60.0, 100.0, True, valid=False),
+               med(3, "atomic", 3.0, 60.0, 100.0, True), med(3, "mixed", 3.0, 60.0, 100.0, True)]
     cfgs = configs(run_of(medians, POINTS))
-    assert [c.label for c in cfgs] == ["pd", "pd (mixed)"]
+    assert [c.label for c in cfgs] == ["pd (atomic)", "pd (mixed)"]  # they differ
     assert [c.meets(4.0, SLO) for c in cfgs] == [True, False]
-    assert cfgs[1].capacity(SLO) is None
+    # 8 req/s meets, but 4 did not: no capacity (every rate up to it must meet)
+    assert cfgs[1].meets(8.0, SLO) and cfgs[1].capacity(SLO) is None
 
 
 def test_no_cluster_no_section() -> None:
