@@ -7,7 +7,8 @@ in the report's form: each disaggregated configuration against the best replicat
 A disaggregated configuration runs the same in every arm (its prefill replicas are atomic,
 its decode replicas run decode only, which no arm changes), so it is shown once when its
 arms' medians agree. Capacity here is the highest swept rate up to which every rate meets
-the SLO; ``loopserve capacity`` searches between the swept rates.
+the SLO (">=" when that is the top of the sweep); ``loopserve capacity`` searches between
+the swept rates.
 """
 
 from __future__ import annotations
@@ -129,7 +130,9 @@ def headlines(cfgs: Sequence[Config], slo: dict[str, Any]) -> list[str]:
 
 def _cap_text(c: Config, slo: dict[str, Any]) -> str:
     cap = c.capacity(slo)
-    return f"&lt; {min(c.by_rate):g} req/s" if cap is None else f"{cap:g} req/s"
+    if cap is None:
+        return f"&lt; {min(c.by_rate):g} req/s"
+    return f"&gt;= {cap:g} req/s" if cap == max(c.by_rate) else f"{cap:g} req/s"
 
 
 def cluster_section(runs: Sequence[RunData]) -> str:
