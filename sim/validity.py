@@ -3,7 +3,8 @@
 Two rules: an injected request must find a free slot and enough free KV blocks for its
 lifetime when it is submitted (checked by the driver at submission, see
 ``injection_problem``), and a mixed-arm run must form at least one mixed core call
-(``check``).
+(``check``), unless its cluster is disaggregated: there no replica sees prompts and decode
+rows together, so the arm has nothing to mix.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from __future__ import annotations
 from engine.core.arrivals import injection_problem
 from engine.core.config import resolve_arm
 from engine.core.records import RunRecords
+from sim.cluster.records import cluster_info
 
 __all__ = ["NO_MIXED_CALL", "check", "injection_problem"]
 
@@ -21,6 +23,8 @@ def check(records: RunRecords, arm: str) -> list[str]:
     """All reasons the run is invalid: those recorded at submission, plus
     ``NO_MIXED_CALL`` for a mixed-arm run without a mixed core call. Empty means valid."""
     reasons = list(records.invalid_reasons)
-    if resolve_arm(arm) == "mixed" and records.num_mixed_core_calls == 0:
+    info = cluster_info(records)
+    if (resolve_arm(arm) == "mixed" and records.num_mixed_core_calls == 0
+            and not (info is not None and info.disaggregated)):
         reasons.append(NO_MIXED_CALL)
     return reasons

@@ -6,8 +6,10 @@ loop that yields the same number of timeouts as the run has steps, measured in t
 process, and (``--pure-repeats``) the same arm on the Python sources in a subprocess, so the
 native build's speedup is a ratio measured side by side. ``--prefix-caching on`` (with
 ``--shared-prefix TOKENS`` for something to hit) measures the cost per core call with prefix
-caching. Writes ``results/bench/<UTC timestamp>/bench.json`` and ``env.json``. Then the real
-engine's host time per core call at 1/8/16/64 decode rows (``tools.host_bench``;
+caching. The cluster row (``tools.bench_cluster``, ``--cluster-replicas``) prices a core call
+of four replicas behind a router against one replica's, at the same load per replica. Writes
+``results/bench/<UTC timestamp>/bench.json`` and ``env.json``. Then the real engine's host
+time per core call at 1/8/16/64 decode rows (``tools.host_bench``;
 ``--host-steps 0`` skips it).
 """
 
@@ -160,6 +162,9 @@ def main(argv: list[str] | None = None) -> int:
                         help="cache.enable_prefix_caching (default off, as the engine's)")
     parser.add_argument("--shared-prefix", type=int, default=0, metavar="TOKENS",
                         help="open every prompt with one of 8 shared prefixes of TOKENS")
+    parser.add_argument("--cluster-replicas", type=int, default=4,
+                        help="the cluster row: this many replicas at as many times the load "
+                             "against one (0: skip)")
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.num_requests < 1 or args.repeats < 1 or args.max_num_seqs < 1:
@@ -208,6 +213,17 @@ def main(argv: list[str] | None = None) -> int:
         "native": native["active"], "arms": arms,
         "min_median_core_calls_s": min(a["median_core_calls_s"] for a in arms),
     }
+    if args.cluster_replicas > 0:
+        from tools.bench_cluster import cluster_row
+
+        c = result["cluster"] = cluster_row(
+            "mixed", workload(args.num_requests // args.cluster_replicas or 1, 0),
+            args.cluster_replicas, args.repeats, args.seed, scheduler, NUM_BLOCKS, MODEL)
+        med = c["median_us_per_core_call"]
+        print(f"cluster: {c['num_replicas']} mixed replicas at {c['num_replicas']}x the load: "
+              f"{med['cluster']:.2f} us/core call against {med['one']:.2f} for one "
+              f"(x{c['ratio']:.2f}; budget x{c['num_replicas']}: "
+              f"{'met' if c['within_budget'] else 'MISSED'})")
     if args.host_steps > 0:
         from tools import host_bench
 

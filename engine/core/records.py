@@ -92,6 +92,9 @@ class RunRecords:
         self.wall_s = wall_s
         self.invalid_reasons: list[str] = [] if invalid_reasons is None else invalid_reasons
         self.prefix_cache = prefix_cache  # at the drain; None with caching off
+        # A simulated cluster's placements and per-replica totals (sim.cluster.records
+        # ClusterInfo); None for one engine.
+        self.cluster: object | None = None
 
     @property
     def num_core_calls(self) -> int:

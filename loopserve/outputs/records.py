@@ -23,6 +23,7 @@ import numpy as np
 from loopserve.outputs.tables import Codes, Columns, Schema, write_table
 from loopserve.runs.loop import RunResult
 from loopserve.runs.metrics import inter_token_latencies
+from sim.cluster.records import ClusterInfo, cluster_info
 
 RUN_KEY_SCHEMA: Schema = (("arm", "text"), ("point_id", "int"), ("repeat", "int"))
 STEPS_SCHEMA: Schema = RUN_KEY_SCHEMA + (
@@ -41,6 +42,11 @@ TOKENS_SCHEMA: Schema = RUN_KEY_SCHEMA + (
     ("request_id", "text"), ("index", "int"), ("time_s", "float"), ("token_id", "int"),
     ("exit_depth", "int"),
 )
+# a cluster run's requests gain the replica that decoded them; disaggregated, also where the
+# prompt ran and its KV transfer (seconds holding a link, bytes)
+CLUSTER_REQUESTS_SCHEMA: Schema = (("replica", "int"),)
+PD_REQUESTS_SCHEMA: Schema = (("prefill_replica", "int"), ("kv_transfer_s", "float"),
+                              ("kv_bytes", "int"))
 ITL_SCHEMA: Schema = (("arm", "text"), ("point_id", "int"), ("quantile", "float"),
                       ("itl_ms", "float"), ("num_gaps", "int"))
 RUN_KEY_COLUMNS = tuple(c for c, _ in RUN_KEY_SCHEMA)
@@ -55,10 +61,21 @@ ITL_QUANTILES = tuple(np.unique(np.concatenate([
 
 def write_records(folder: Path, results: Sequence[RunResult], fmt: str = "parquet",
                   tokens: bool = True) -> list[Path]:
-    """Write the tables (module docstring) in ``fmt``; returns the files written."""
+    """Write the tables (module docstring) in ``fmt``; returns the files written. A cluster
+    run's steps gain ``replica``, its requests ``CLUSTER_REQUESTS_SCHEMA`` (and
+    ``PD_REQUESTS_SCHEMA`` when disaggregated)."""
+    infos = [cluster_info(r.records) for r in results]
+    steps_schema, requests_schema = STEPS_SCHEMA, REQUESTS_SCHEMA
+    if any(infos):
+        steps_schema += (("replica", "int"),)
+        requests_schema += CLUSTER_REQUESTS_SCHEMA
+        if any(i is not None and i.disaggregated for i in infos):
+            requests_schema += PD_REQUESTS_SCHEMA
     written = [
-        write_table(folder, "steps", fmt, STEPS_SCHEMA, [_steps(r) for r in results]),
-        write_table(folder, "requests", fmt, REQUESTS_SCHEMA, [_requests(r) for r in results]),
+        write_table(folder, "steps", fmt, steps_schema,
+                    [_steps(r, i) for r, i in zip(results, infos, strict=True)]),
+        write_table(folder, "requests", fmt, requests_schema,
+                    [_requests(r, i) for r, i in zip(results, infos, strict=True)]),
         write_table(folder, "itl_quantiles", fmt, ITL_SCHEMA, itl_quantile_parts(results)),
     ]
     if tokens:
@@ -83,7 +100,7 @@ def _view(column: array[Any]) -> np.ndarray:
     return np.frombuffer(column, dtype=dtype) if len(column) else np.empty(0, dtype)
 
 
-def _steps(r: RunResult) -> Columns:
+def _steps(r: RunResult, info: ClusterInfo | None = None) -> Columns:
     t = r.records.steps
     words = list(t.strings.values)
     cols: dict[str, np.ndarray | Codes] = _keys(r, len(t))
@@ -97,11 +114,12 @@ def _steps(r: RunResult) -> Columns:
         # PRELUDE and CODA steps have no depths: an empty field, missing when read back
         "depths": Codes(_view(t.depths), [w or None for w in words]),
         "mixed": _view(t.mixed).astype(bool), "num_readbacks": _view(t.num_readbacks),
+        "replica": np.zeros(len(t), np.int64) if info is None else _view(info.step_replica),
     })
     return cols
 
 
-def _requests(r: RunResult) -> Columns:
+def _requests(r: RunResult, info: ClusterInfo | None = None) -> Columns:
     reqs = sorted(r.records.requests, key=lambda q: q.arrival_s)
     reasons: list[str | None] = sorted({q.finish_reason or "" for q in reqs})
     code = {v: i for i, v in enumerate(reasons)}
@@ -116,6 +134,14 @@ def _requests(r: RunResult) -> Columns:
         "injected": np.array([q.injected for q in reqs], dtype=bool),
         "finish_reason": Codes(_ints([code[q.finish_reason or ""] for q in reqs]),
                                [v or None for v in reasons]),
+    })
+    where = [None if info is None else info.info[q.request_id] for q in reqs]
+    cols.update({
+        "replica": _ints([0 if w is None else w.replica for w in where]),
+        "prefill_replica": _ints([-1 if w is None else w.prefill_replica for w in where]),
+        "kv_transfer_s": np.array([np.nan if w is None else w.kv_transfer_s for w in where],
+                                  dtype=np.float64),
+        "kv_bytes": _ints([0 if w is None else w.kv_bytes for w in where]),
     })
     return cols
 

@@ -2,10 +2,10 @@
 
 Sections: the runs (with the resolved cost model), a headline per sweep point, per-arm
 medians at the reference point (with spreads), arm ratios, which option is better on which
-metric (from the medians), the prefix cache (runs with it on), validity with reasons, the
-figures, ITL percentiles to p99.9, every sweep point, a glossary, and the resolved scenario.
-With several runs (e.g. sim and cpu) the tables gain a run column and the figures overlay the
-runs.
+metric (from the medians), the cluster configurations (runs with a cluster), the prefix cache
+(runs with it on), validity with reasons, the figures, ITL percentiles to p99.9, every sweep
+point, a glossary, and the resolved scenario. With several runs (e.g. sim and cpu) the tables
+gain a run column and the figures overlay the runs.
 """
 
 from __future__ import annotations
@@ -134,9 +134,18 @@ def render_html(runs: Sequence[RunData], figs: Sequence[FigureFile]) -> str:
         "<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'>"
         f"<title>loopserve report: {esc(names)}</title><style>{CSS}</style></head><body>"
         f"<h1>loopserve report: {esc(names)}</h1>{_runs_header(runs)}"
-        f"{headline_section(runs)}"
+        f"{headline_section(runs)}{_cluster_section(runs)}"
         f"{medians_section(runs)}{ratios_section(runs)}{verdict_section(runs)}"
         f"{prefix_section(runs)}{validity_section(runs)}<h2>Figures</h2>{fig_html}"
         f"{itl_tail_section(runs)}{points_section(runs)}{glossary_section()}"
         f"<h2>Resolved scenario</h2>{scenarios}</body></html>\n"
     )
+
+
+def _cluster_section(runs: Sequence[RunData]) -> str:
+    # Only cluster runs have the section; its module loads for them.
+    if not any("num_replicas" in m for run in runs for m in run.summary["medians"]):
+        return ""
+    from loopserve.report.cluster import cluster_section
+
+    return cluster_section(runs)

@@ -11,7 +11,9 @@
   with prefix caching it counts cached tokens too, as prompt work served);
 - with ``cache.enable_prefix_caching`` only (so other runs' rows stay as they were): vLLM's
   prefix-cache terms, prompt tokens queried at admission and hit (served from the cache),
-  their ratio, and the physical blocks (over all planes) evicted to make room.
+  their ratio, and the physical blocks (over all planes) evicted to make room;
+- with a ``cluster`` section only: per-replica and per-GPU terms and the TTFT split
+  (``loopserve.runs.cluster_metrics``).
 
 Only finished requests (the rows of ``RunRecords.requests``) count.
 """
@@ -27,6 +29,7 @@ import pandas as pd  # type: ignore[import-untyped]
 
 from engine.core.records import RunRecords
 from engine.core.results import TokenEvent
+from sim.cluster.records import cluster_info
 
 STEP_COLUMNS: tuple[str, ...] = (
     "step", "start_s", "end_s", "stage", "core_calls", "num_decode_items", "num_prompt_items",
@@ -65,6 +68,15 @@ class Metrics(TypedDict):
     prefix_cache_hit_tokens: NotRequired[int]
     prefix_cache_hit_rate: NotRequired[float | None]
     prefix_cache_evicted_blocks: NotRequired[int]
+    # a simulated cluster only (loopserve.runs.cluster_metrics)
+    num_replicas: NotRequired[int]
+    output_tok_s_per_gpu: NotRequired[float | None]
+    replica_utilisation: NotRequired[dict[str, float | None]]
+    load_imbalance: NotRequired[float | None]
+    ttft_queue_ms: NotRequired[Distribution]
+    ttft_prefill_ms: NotRequired[Distribution]
+    ttft_transfer_ms: NotRequired[Distribution]
+    kv_transfer_ms: NotRequired[Distribution]
 
 
 def distribution_ms(values_s: Iterable[float]) -> Distribution:
@@ -135,6 +147,11 @@ def summarize(records: RunRecords, num_depths: int | None = None) -> Metrics:
         out["prefix_cache_hit_tokens"] = pc.hit_tokens
         out["prefix_cache_hit_rate"] = pc.hit_rate if pc.queried_tokens else None
         out["prefix_cache_evicted_blocks"] = pc.evicted_blocks
+    info = cluster_info(records)
+    if info is not None:
+        from loopserve.runs.cluster_metrics import cluster_metrics
+
+        out.update(cluster_metrics(records, info, out_tok_s, distribution_ms))  # type: ignore[typeddict-item]
     return out
 
 

@@ -25,6 +25,7 @@ from loopserve.schema.build import engine_config, lifetime_bound, model_shape
 from loopserve.schema.scenario import Scenario
 from loopserve.targets.base import RunSpec, Target
 from loopserve.workloads import build_source
+from sim.cluster.config import ClusterConfig
 from sim.cost import make_cost_model
 from sim.cost.base import CostModel
 from sim.cost.resolve import describe_cost, resolve_cost
@@ -60,6 +61,10 @@ def plan_runs(scn: Scenario, target: str) -> Plan:
     if target not in TARGETS:
         raise UserError("--target", f"unknown target {target!r}; use one of {'|'.join(TARGETS)}")
     if target != "sim":
+        if scn.cluster is not None:
+            raise UserError("cluster", "the cluster section is simulated only (--target sim); "
+                            "put several `loopserve serve` processes behind a router to run "
+                            "replicas for real (docs/cluster.md)")
         from loopserve.targets.load import check_real
 
         check_real(target)
@@ -96,9 +101,13 @@ def plan_runs(scn: Scenario, target: str) -> Plan:
             for arm in scn.arms:
                 plan.runs.append(
                     RunSpec(arm, point.point_id, repeat, repeat_seed(scn.seed, repeat),
-                            configs[point.point_id, arm])
+                            configs[point.point_id, arm], _cluster(point.scenario))
                 )
     return plan
+
+
+def _cluster(scn: Scenario) -> ClusterConfig | None:
+    return None if scn.cluster is None else scn.cluster.config()
 
 
 def run_source(scn: Scenario, seed: int, shape: ModelShape) -> ArrivalSource:

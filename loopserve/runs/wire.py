@@ -63,13 +63,17 @@ def _as_rows(value: Any) -> Any:
     return value
 
 
-def _reduce_records(rec: RunRecords) -> tuple[Any, tuple[dict[str, Any]]]:
-    return rebuild_records, ({n: _as_rows(getattr(rec, n)) for n in RECORD_FIELDS},)
+def _reduce_records(rec: RunRecords) -> tuple[Any, tuple[dict[str, Any], Any]]:
+    return rebuild_records, ({n: _as_rows(getattr(rec, n)) for n in RECORD_FIELDS},
+                             rec.cluster)
 
 
-def rebuild_records(state: dict[str, Any]) -> RunRecords:
-    """The ``RunRecords`` that ``_reduce_records`` took apart."""
-    return RunRecords(**{k: v.build() if isinstance(v, Rows) else v for k, v in state.items()})
+def rebuild_records(state: dict[str, Any], cluster: Any = None) -> RunRecords:
+    """The ``RunRecords`` that ``_reduce_records`` took apart (with a simulated cluster's
+    part, a plain picklable object)."""
+    rec = RunRecords(**{k: v.build() if isinstance(v, Rows) else v for k, v in state.items()})
+    rec.cluster = cluster
+    return rec
 
 
 def register() -> None:

@@ -23,6 +23,7 @@ from pydantic import (
 
 from engine.core.config import SchedulerConfig, resolve_arm
 from engine.core.shapes import MODEL_SHAPES
+from loopserve.schema.cluster import ClusterSpec
 from loopserve.schema.exit_spec import ExitSpec
 from loopserve.schema.strict import StrictModel
 from loopserve.workloads import WorkloadSpec
@@ -152,6 +153,8 @@ class Scenario(StrictModel):
     slo: SloSpec | None = None
     runner: RunnerSpec = Field(default_factory=RunnerSpec)
     outputs: OutputsSpec = Field(default_factory=OutputsSpec)
+    # simulator only: replicas behind a router, or prefill/decode disaggregation
+    cluster: ClusterSpec | None = None
     _base_dir: Path | None = PrivateAttr(default=None)
 
     @property

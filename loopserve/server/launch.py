@@ -60,6 +60,8 @@ def _from_scenario(opts: ServeOptions) -> tuple[EngineConfig, Any, Any]:
         raise UserError("--arm", str(err).partition(": ")[2]) from None
     if arm not in scn.arms:
         scn = scn.model_copy(update={"arms": [*scn.arms, arm]})
+    if scn.cluster is not None:  # a server is one replica of the fleet it describes
+        scn = scn.model_copy(update={"cluster": None})
     plan = plan_runs(scn, opts.device)
     spec = next(s for s in plan.runs if s.arm == arm and s.point_id == plan.reference_point_id)
     target = RealTarget(scn, opts.device)

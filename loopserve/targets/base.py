@@ -11,6 +11,7 @@ from typing import Any, Protocol
 
 from engine.core.config import EngineConfig
 from engine.core.records import ArrivalSource, RunRecords
+from sim.cluster.config import ClusterConfig
 
 
 @dataclass(frozen=True)
@@ -22,6 +23,7 @@ class RunSpec:
     repeat: int
     seed: int
     cfg: EngineConfig
+    cluster: ClusterConfig | None = None  # the simulator only: None is one engine
 
 
 class Target(Protocol):

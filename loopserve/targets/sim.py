@@ -42,5 +42,10 @@ class SimTarget:
                                    profile=(self.exit_profiles or {}).get(spec.point_id),
                                    layout=spec.cfg.cache.layout,
                                    draw=(self.exit_draws or {}).get(spec.point_id, "request"))
+        if spec.cluster is not None:
+            from sim.cluster.driver import simulate_cluster
+
+            return simulate_cluster(spec.cfg, spec.cluster, source, cost, signal_fn=signal_fn,
+                                    seed=spec.seed, vocab_size=self.shape.vocab_size)
         return simulate(spec.cfg, source, cost, signal_fn=signal_fn, seed=spec.seed,
                         vocab_size=self.shape.vocab_size)

@@ -25,6 +25,10 @@ def test_bench_writes_rates_for_every_arm_and_the_pure_comparison(tmp_path: Path
     assert result["native"] is env["native"]["active"] is (
         os.environ.get("LOOPSERVE_EXPECT_NATIVE") == "1" or result["native"])
     assert {"python", "simpy", "git", "native"} <= env.keys()
+    c = result["cluster"]  # 4 replicas at 4x the requests: 4x the core calls or so
+    assert c["num_replicas"] == 4 and c["ratio"] > 0
+    assert c["num_core_calls"]["cluster"] > 2 * c["num_core_calls"]["one"] > 0
+    assert c["within_budget"] is (c["ratio"] <= 4)
     host = result["host_overhead"]
     assert [h["rows"] for h in host] == [1, 8, 16, 64]
     for h in host:
