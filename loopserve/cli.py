@@ -1,5 +1,5 @@
 """The ``loopserve`` command: parse the arguments and dispatch to the subcommand
-(``loopserve.commands``: run | sweep | capacity | report | calibrate | exit-profile | fidelity | serve;
+(``loopserve.commands``: run | sweep | capacity | tune | report | calibrate | exit-profile | fidelity | serve;
 DESIGN.md §12).
 
 Bad input of any kind prints ``loopserve: error: <field>: <message>`` on one line and exits 2
@@ -24,6 +24,7 @@ from loopserve.commands import (
     report,
     run,
     serve,
+    tune,
 )
 from loopserve.errors import UserError
 from loopserve.runs import interrupts
@@ -45,7 +46,8 @@ def build_parser() -> argparse.ArgumentParser:
         description="Serving engine and simulator for looped language models.",
     )
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    for command in (run, capacity, report, calibrate, exit_profile, fidelity, serve, bench_serve, e2e):
+    for command in (run, capacity, tune, report, calibrate, exit_profile, fidelity, serve,
+                    bench_serve, e2e):
         command.add_parser(sub)
     return p
 
