@@ -126,7 +126,7 @@ def _main(args: argparse.Namespace, argv: list[str]) -> int:
         from loopserve.tune.verify import verify
         doc["verify"] = verify(scn, doc, args.verify, settings.top, crit,
                                progress=not args.no_progress)
-    outputs.write(dest, scn, doc, crit, argv=argv, started=started)
+    outputs.write(dest, scn, doc, argv=argv, started=started)
     print(outputs.report_text(doc))
     print(f"tune: {dest / 'tune.json'}")
     return 0

@@ -75,17 +75,19 @@ def _csv(doc: dict[str, Any]) -> str:
     return buf.getvalue()
 
 
-def write(dest: Path, scn: Scenario, doc: dict[str, Any], crit: Criterion, *,
-          argv: list[str], started: float) -> None:
+def write(dest: Path, scn: Scenario, doc: dict[str, Any], *, argv: list[str], started: float) -> None:
     """Every output file, each written whole."""
+    tune = {k: v for k, v in doc.items() if k != "verify"}
     items: list[tuple[Path, str | bytes]] = [
-        (dest / "tune.json", json.dumps(doc, indent=2, allow_nan=False) + "\n"),
+        (dest / "tune.json", json.dumps(tune, indent=2, allow_nan=False) + "\n"),
         (dest / "tune.csv", _csv(doc)),
         (dest / "pareto.png", pareto_png(doc["configurations"], doc["objective"])),
-        (dest / "report.md", report_md(doc)),
+        (dest / "report.md", report_text(doc)),
         (dest / "env.json", json.dumps(env_info.collect(
             target="sim", hardware=scn.hardware, run_id=dest.name, argv=argv,
             started_s=started, run_wall_s=[]), indent=2) + "\n")]
+    if "verify" in doc:  # measured: not part of the deterministic tune.json
+        items.append((dest / "verify.json", json.dumps(doc["verify"], indent=2) + "\n"))
     best = best_scenario(scn, doc)
     if best is not None:
         data = best.model_dump(mode="json", exclude_none=True)
@@ -95,5 +97,8 @@ def write(dest: Path, scn: Scenario, doc: dict[str, Any], crit: Criterion, *,
 
 
 def report_text(doc: dict[str, Any]) -> str:
-    """The report section as printed at the end."""
-    return report_md(doc)
+    """The report section (and the verification table, when verified)."""
+    if "verify" not in doc:
+        return report_md(doc)
+    from loopserve.tune.verify import verify_md
+    return report_md(doc) + verify_md(doc["verify"])

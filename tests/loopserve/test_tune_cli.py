@@ -139,3 +139,39 @@ def test_bad_input_is_one_line_and_exit_2(tmp_path: Path, capsys: pytest.Capture
     assert err.startswith(f"loopserve: error: {expected}"), err
     assert err.count("\n") == 1
     assert not out.exists()
+
+
+def test_verify_runs_the_best_on_the_cpu_engine_interleaved(
+        tuned: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from loopserve.tune import verify
+
+    order: list[tuple[float, int]] = []
+    real = verify.run_checked
+
+    def spy(plan: Any, target: Any, point: Any, spec: Any) -> Any:
+        order.append((plan.scenario.workload.request_rate, spec.repeat))
+        return real(plan, target, point, spec)
+
+    monkeypatch.setattr(verify, "run_checked", spy)
+    out = tmp_path / "verified"
+    path = scenario(tmp_path, repeats=2, runner={"warmup": False})
+    assert main(["tune", str(path), "--out", str(out), "--verify", "cpu", "--top", "2",
+                 *FLAGS]) == 0
+    doc = _doc(out)
+    rows = json.loads((out / "verify.json").read_text())
+    ranking = doc["summary"]["ranking"][:2]
+    assert [(r["config_id"], r["factor"]) for r in rows] == [
+        (c, f) for c in ranking for f in (1.0, 0.8)]
+    by_id = {e["config_id"]: e for e in doc["configurations"]}
+    for r in rows:
+        assert r["rate"] == by_id[r["config_id"]]["capacity_req_s"] * r["factor"]
+        assert set(r["measured"]) == set(SLO) and all(
+            v is not None and v > 0 for v in r["measured"].values())
+        assert 0 <= r["measured_goodput_fraction"] <= 1
+        if r["factor"] == 1.0:  # the simulation at capacity is the search's own probe
+            at_cap = by_id[r["config_id"]]["at_capacity"]
+            assert r["predicted_meets"] and r["predicted"] == {k: at_cap[k] for k in SLO}
+    # every (configuration, rate) once per repeat, repeat 0 of all before repeat 1 of any
+    assert [rep for _, rep in order] == [0] * 4 + [1] * 4
+    assert "Verified on the real engine" in (out / "report.md").read_text()
+    assert "verify" not in doc
