@@ -3,8 +3,8 @@ against the criterion as ``loopserve capacity`` judges it (``capacity_probe.judg
 the latencies the Pareto plot and the table show beside the criterion's values.
 
 ``run_probe`` is the body of a probe whether it runs in this process or as a Ray task
-(``probe_task``), so the two give the same result. A probe plans and runs only what the SLO
-needs: the runs' records and metrics, no tables or plots.
+(``probe_task``), so the two give the same result. A probe pays only for what the SLO
+needs: its runs keep no step rows (only their counts), and nothing is written.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from loopserve.runs.capacity_probe import Criterion, at_rate, judge
 from loopserve.runs.loop import execute
 from loopserve.runs.metrics import metric
 from loopserve.runs.plan import plan_runs
-from loopserve.runs.summary import build_summary
+from loopserve.runs.summary import median_rows, run_row
 from loopserve.schema.scenario import Scenario
 
 # latencies read at every probe (median over repeats), whatever the SLO
@@ -48,9 +48,9 @@ def run_probe(scn: Scenario, rate: float, crit: Criterion) -> ProbeResult:
     """Run the (one-arm) scenario's repeats at ``rate`` req/s and judge them."""
     (arm,) = scn.arms
     plan = plan_runs(at_rate(scn, arm, rate), "sim")
-    results = execute(plan, progress=False)
+    results = execute(plan, progress=False, record_steps=False)
     row = judge(arm, rate, plan, results, crit)
-    (median,) = build_summary(plan, results)["medians"]
+    (median,) = median_rows([run_row(r, plan.target) for r in results], [arm])
     latencies = {}
     for key in REPORTED:
         name, stat, _ms = key.split("_")
