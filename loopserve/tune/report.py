@@ -50,7 +50,8 @@ def pareto_png(entries: Sequence[Mapping[str, Any]], objective: str) -> bytes:
     ax.set_xlabel("ITL p99 at capacity (ms)")
     ax.set_ylabel("capacity (req/s)" if objective == "capacity" else "capacity per GPU (req/s)")
     ax.grid(True, alpha=0.3)
-    ax.legend(fontsize=8)
+    if pts:
+        ax.legend(fontsize=8)
     ax.set_title("tune: capacity against ITL p99 at capacity, per configuration", fontsize=9)
     return png_bytes(fig)
 
@@ -71,10 +72,12 @@ def report_md(doc: Mapping[str, Any]) -> str:
                      f" with `{_label(best)}`; default {_fmt(dflt and dflt[key])}"
                      f" (`{_label(dflt)}`); gain x{_fmt(s['gain_over_default'], '.3g')}.")
     else:
-        lines.append("No configuration met the SLO at any rate searched.")
+        lines.append("No configuration's search ended with a capacity (none met the SLO, or "
+                     "the budget stopped them first).")
+    estimate = s["num_probes_full_grid_estimate"]
     lines += ["", f"{s['num_configurations']} configurations ({s['num_rejected']} rejected, "
-              f"{s['num_stopped']} stopped early); {s['num_probes']} probes run, about "
-              f"{s['num_probes_full_grid_estimate']:g} for the full grid.", "",
+              f"{s['num_stopped']} stopped early); {s['num_probes']} probes run"
+              + (f", about {estimate:g} for the full grid." if estimate is not None else "."), "",
               "| rank | configuration | capacity | bracket | bound by | ITL p99 | TTFT p99 |",
               "|---|---|---|---|---|---|---|"]
     for rank, cid in enumerate(s["ranking"][:max(NUM_SHOWN, doc["top"])], 1):

@@ -110,6 +110,8 @@ def summary(entries: list[dict[str, Any]], objective: str) -> dict[str, Any]:
             "num_rejected": sum(e["status"] == "rejected" for e in entries),
             "num_stopped": len(stopped),
             "num_probes": sum(e["num_probes"] for e in entries),
+            # the stopped searches taken to the finished ones' mean length (None: none ended)
             "num_probes_full_grid_estimate": round(
                 sum(e["num_probes"] for e in entries)
-                + sum(max(0.0, mean - e["num_probes"]) for e in stopped), 1)}
+                + sum(max(0.0, mean - e["num_probes"]) for e in stopped), 1) if finished
+            else None}

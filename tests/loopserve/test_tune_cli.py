@@ -175,3 +175,20 @@ def test_verify_runs_the_best_on_the_cpu_engine_interleaved(
     assert [rep for _, rep in order] == [0] * 4 + [1] * 4
     assert "Verified on the real engine" in (out / "report.md").read_text()
     assert "verify" not in doc
+
+
+def test_per_gpu_objective_and_a_budget(tuned: Path, tmp_path: Path) -> None:
+    path = str(scenario(tmp_path))
+    out = tmp_path / "per-gpu"
+    assert main(["tune", path, "--out", str(out), "--objective", "capacity_per_gpu",
+                 *FLAGS]) == 0
+    doc, ref = _doc(out), _doc(tuned)
+    assert doc["summary"]["ranking"] == ref["summary"]["ranking"]  # one GPU each
+    for e in doc["configurations"]:
+        assert e["capacity_per_gpu"] == e["capacity_req_s"] and e["num_gpus"] == 1
+    out = tmp_path / "budget"
+    assert main(["tune", path, "--out", str(out), "--budget", "3", *FLAGS]) == 0
+    doc = _doc(out)
+    assert doc["summary"]["num_probes"] == 3
+    assert {e["status"] for e in doc["configurations"]} == {"budget", "rejected"}
+    assert doc["summary"]["best_config_id"] is None and not (out / "best.yaml").exists()
