@@ -44,13 +44,14 @@ class _SimRun:
         cost: CostModel,
         executor: SimExecutor,
         record_batches: bool,
+        record_steps: bool = True,
     ) -> None:
         self.env = simpy.Environment(initial_time=0.0)  # float times from the first row on
         self.core = EngineCore(cfg)
         self.source = source
         self.cost = cost
         self.executor = executor
-        self.loop = StepLoop(self.core, source, record_batches)
+        self.loop = StepLoop(self.core, source, record_batches, record_steps)
         assert self.loop.recorder is not None and self.loop.feeder is not None
         self.recorder: RunRecorder = self.loop.recorder
         self.feeder: ArrivalFeeder = self.loop.feeder
@@ -143,12 +144,14 @@ def simulate(
     seed: int = 0,
     record_batches: bool = False,
     vocab_size: int = 64,
+    record_steps: bool = True,
 ) -> RunRecords:
     """Run ``source`` through an ``EngineCore(cfg)`` in simulated time and return its rows.
 
     Times are simulated seconds from 0. ``seed`` drives sampled tokens, ``signal_fn`` the
-    gate signals of adaptive exit modes (``sim.exit_model.make_signal_fn``). Raises
+    gate signals of adaptive exit modes (``sim.exit_model.make_signal_fn``); without
+    ``record_steps`` the step rows are only counted (``RunRecorder``). Raises
     ``SimulationDeadlock`` if the core stalls with work left, ValueError on a bad request.
     """
     executor = SimExecutor(seed=seed, vocab_size=vocab_size, signal_fn=signal_fn)
-    return _SimRun(cfg, source, cost, executor, record_batches).run()
+    return _SimRun(cfg, source, cost, executor, record_batches, record_steps).run()

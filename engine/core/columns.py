@@ -15,7 +15,7 @@ from collections.abc import Iterable, Iterator
 from typing import Any
 
 from engine.core.batch import Batch
-from engine.core.results import StepRecord, TokenEvent, rfc_readbacks, step_kind
+from engine.core.results import StepRecord, TokenEvent, rfc_readbacks, stage_name, step_kind
 
 
 class Strings:
@@ -111,7 +111,7 @@ class StepTable(RowTable):
                   num_readbacks: int | None = None) -> None:
         """The row ``StepRecord.from_batch(batch, start_s, end_s, depths, num_readbacks)``
         would give."""
-        self._add(batch.step, start_s, end_s, batch.stage.value, step_kind(batch),
+        self._add(batch.step, start_s, end_s, stage_name(batch.stage), step_kind(batch),
                   batch.num_core_calls, batch.num_decode_items, batch.num_prompt_items,
                   batch.num_prompt_tokens, batch.num_fused_prelude_items, depths,
                   batch.is_mixed,

@@ -72,7 +72,8 @@ def batch_signature(batch: Batch) -> BatchSignature:
 class RunRecords:
     """Raw rows of one run (one arm, one point, one repeat); metrics are computed after.
     Steps and tokens are held as columns (``engine.core.columns``); rows given as lists are
-    converted."""
+    converted. A run recorded without step rows (``RunRecorder(record_steps=False)``) counts
+    its core calls in ``unrecorded_core_calls`` / ``unrecorded_mixed_core_calls`` instead."""
 
     def __init__(
         self,
@@ -95,14 +96,16 @@ class RunRecords:
         # A simulated cluster's placements and per-replica totals (sim.cluster.records
         # ClusterInfo); None for one engine.
         self.cluster: object | None = None
+        self.unrecorded_core_calls = 0
+        self.unrecorded_mixed_core_calls = 0
 
     @property
     def num_core_calls(self) -> int:
-        return sum(self.steps.core_calls)
+        return sum(self.steps.core_calls) + self.unrecorded_core_calls
 
     @property
     def num_mixed_core_calls(self) -> int:
-        return sum(self.steps.mixed)
+        return sum(self.steps.mixed) + self.unrecorded_mixed_core_calls
 
 
 class RunRecorder:
@@ -110,11 +113,14 @@ class RunRecorder:
 
     ``step`` writes ``StepRecord.from_batch``'s row with the depth strings memoised by count
     (a test compares them with the unmemoised rows on every arm): it runs once per step.
+    With ``record_steps`` off (a run judged on its latencies alone, whose step rows nobody
+    reads) it only counts the core calls and mixed ones; tokens and requests are the same.
     """
 
-    def __init__(self, record_batches: bool = False) -> None:
+    def __init__(self, record_batches: bool = False, record_steps: bool = True) -> None:
         self.records = RunRecords()
         self.record_batches = record_batches
+        self.record_steps = record_steps
         self._depth_strings: dict[tuple[tuple[int, int], ...], str] = {}
         self._injected: set[str] = set()
 
@@ -134,8 +140,13 @@ class RunRecorder:
         self, batch: Batch, start_s: float, end_s: float, events: Iterable[TokenEvent],
         num_readbacks: int | None = None,
     ) -> None:
-        depths = self._depths(batch) if batch.num_core_calls else ""  # PRELUDE, CODA: none
-        self.records.steps.add_batch(batch, start_s, end_s, depths, num_readbacks)
+        if self.record_steps:
+            depths = self._depths(batch) if batch.num_core_calls else ""  # PRELUDE, CODA
+            self.records.steps.add_batch(batch, start_s, end_s, depths, num_readbacks)
+        else:
+            self.records.unrecorded_core_calls += batch.num_core_calls
+            if batch.is_mixed:
+                self.records.unrecorded_mixed_core_calls += 1
         self.records.tokens.extend(events)
         if self.record_batches:
             self.records.batches.append(batch_signature(batch))

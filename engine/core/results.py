@@ -117,7 +117,7 @@ class StepRecord:
         if depths is None:
             depths = depths_text(batch.depth_counts())
         return cls(
-            batch.step, start_s, end_s, batch.stage.value, step_kind(batch),
+            batch.step, start_s, end_s, stage_name(batch.stage), step_kind(batch),
             batch.num_core_calls, batch.num_decode_items, batch.num_prompt_items,
             batch.num_prompt_tokens, batch.num_fused_prelude_items, depths, batch.is_mixed,
             rfc_readbacks(batch) if num_readbacks is None else num_readbacks,
@@ -133,6 +133,20 @@ def rfc_readbacks(batch: Batch) -> int:
     if batch.stage is Stage.CODA:
         return 1
     return 1 if batch.stage is Stage.RECURRENT and batch.needs_signals else 0
+
+
+def stage_name(stage: Stage) -> str:
+    """``stage.value`` by identity: compiled, an enum's ``value`` is a Python property call
+    per step."""
+    if stage is Stage.RECURRENT:
+        return "RECURRENT"
+    if stage is Stage.CODA:
+        return "CODA"
+    if stage is Stage.PRELUDE:
+        return "PRELUDE"
+    if stage is Stage.PREFILL:
+        return "PREFILL"
+    return str(stage.value)
 
 
 def step_kind(batch: Batch) -> str:

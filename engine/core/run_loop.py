@@ -37,13 +37,14 @@ class StepLoop:
     """
 
     def __init__(
-        self, core: EngineCore, source: ArrivalSource | None = None, record_batches: bool = False
+        self, core: EngineCore, source: ArrivalSource | None = None, record_batches: bool = False,
+        record_steps: bool = True,
     ) -> None:
         self.core = core
         self.recorder: RunRecorder | None = None
         self.feeder: ArrivalFeeder | None = None
         if source is not None:
-            self.recorder = RunRecorder(record_batches)
+            self.recorder = RunRecorder(record_batches, record_steps)
             self.feeder = ArrivalFeeder(core, source, self.recorder)
         self._finished: list[Request] = []
 

@@ -14,6 +14,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
               "like run, for a scenario that has a sweep or variants section"),
     "capacity": ("loopserve.commands.capacity",
                  "per arm, the highest request rate meeting an SLO"),
+    "tune": ("loopserve.commands.tune", "the configuration of the scenario's tune space that "
+             "serves the highest rate under an SLO (simulated)"),
     "report": ("loopserve.commands.report", "one report.html comparing one or more run folders"),
     "calibrate": ("loopserve.commands.calibrate",
                   "fit a calibrated cost profile on the real runner"),

@@ -135,7 +135,8 @@ def judge(arm: str, rate: float, plan: Plan, results: list[Any],
 
 
 def _quiet(plan: Plan) -> list[Any]:
-    return execute(plan, progress=False)  # the capacity command's bar counts probes
+    # the capacity command's bar counts probes; the SLO needs no step rows
+    return execute(plan, progress=False, record_steps=False)
 
 
 def prober(scn: Scenario, arm: str, target: str, crit: Criterion,

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TypeVar
 
 from tqdm import tqdm
@@ -98,9 +98,13 @@ def run_checked(plan: Plan, target: Target, point: SweepPoint, spec: RunSpec) ->
                      summarize(records, plan.shape.num_depths))
 
 
-def execute(plan: Plan, *, progress: bool = True) -> list[RunResult]:
+def execute(plan: Plan, *, progress: bool = True, record_steps: bool = True) -> list[RunResult]:
     """Every planned run in order (``each_run``), each checked and summarised
-    (``ray_runs.execute_on_ray`` gives the same results from Ray tasks)."""
+    (``ray_runs.execute_on_ray`` gives the same results from Ray tasks). Without
+    ``record_steps`` a simulated run keeps no step rows, only their counts: for a caller that
+    needs the metrics and writes no tables (a capacity probe)."""
     target = target_of(plan)
+    if not record_steps and isinstance(target, SimTarget):
+        target = replace(target, record_steps=False)
     return each_run(plan, lambda point, spec: run_checked(plan, target, point, spec),
                     progress=progress)

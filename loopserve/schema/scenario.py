@@ -31,7 +31,7 @@ from loopserve.workloads.base import MAX_NUM_SEQS, MAX_REQUEST_TOKENS
 
 Scalar = bool | int | float | str
 # Fields a sweep or variant may not vary: they define the run itself.
-UNSWEEPABLE = ("name", "arms", "repeats", "sweep", "variants", "model", "outputs")
+UNSWEEPABLE = ("name", "arms", "repeats", "sweep", "variants", "model", "outputs", "tune")
 # Upper bounds of sizes; the memory estimate (loopserve.runs.footprint) covers
 # what fits below them.
 SCHEDULER_BOUNDS = {"max_num_seqs": MAX_NUM_SEQS, "max_num_batched_tokens": MAX_REQUEST_TOKENS,
@@ -150,6 +150,9 @@ class Scenario(StrictModel):
     workload: WorkloadSpec
     sweep: dict[str, list[Scalar]] | None = None
     variants: dict[str, dict[str, Scalar]] | None = None
+    tune: dict[str, list[Scalar]] | None = Field(
+        default=None, description="loopserve tune's search space: a dotted scenario field "
+        "(scheduler.max_num_seqs, cache.enable_prefix_caching...) or arm -> values to try")
     slo: SloSpec | None = None
     runner: RunnerSpec = Field(default_factory=RunnerSpec)
     outputs: OutputsSpec = Field(default_factory=OutputsSpec)
@@ -197,7 +200,7 @@ class Scenario(StrictModel):
             "directory holding config.json"
         )
 
-    @field_validator("sweep", "variants")
+    @field_validator("sweep", "variants", "tune")
     @classmethod
     def _dotted_keys(cls, v: dict[str, Any] | None, info: Any) -> dict[str, Any] | None:
         if v is None:
@@ -205,6 +208,8 @@ class Scenario(StrictModel):
         if not v:
             raise ValueError("empty; give at least one entry or remove the section")
         fields = v.values() if info.field_name == "variants" else [v]
+        if info.field_name == "tune":
+            return _tune_keys(v)
         for group in fields:
             for key, values in group.items():
                 if key.split(".")[0] in UNSWEEPABLE:
@@ -251,3 +256,18 @@ def _distinct(key: str, values: list[Any]) -> None:
         if tag in seen:
             raise ValueError(f"{key}: {v!r} listed twice; list each value once")
         seen.add(tag)
+
+
+def _tune_keys(v: dict[str, Any]) -> dict[str, Any]:
+    """A tune space: each key a dotted field other than the run's identity, or ``arm``
+    (values canonical arm names); each list non-empty with distinct values."""
+    for key, values in v.items():
+        if key != "arm" and key.split(".")[0] in UNSWEEPABLE:
+            raise ValueError(f"{key}: cannot be tuned; tune arm, scheduler/cache/exit/workload "
+                             "fields")
+        if not values:
+            raise ValueError(f"{key}: empty list; give at least one value")
+        if key == "arm":
+            values = v[key] = [_arm(str(a)) for a in values]
+        _distinct(key, values)
+    return v

@@ -28,6 +28,7 @@ class SimTarget:
     exit_lambdas: Mapping[int, Sequence[float] | None]
     exit_profiles: Mapping[int, ExitProfile | None] | None = None
     exit_draws: Mapping[int, ExitDraw] | None = None  # per point: exit.draw (default request)
+    record_steps: bool = True  # off: step rows only counted (a probe judged on latencies)
 
     def run(self, spec: RunSpec, source: ArrivalSource) -> RunRecords:
         return self.simulate(spec, source, self.costs[spec.point_id])
@@ -48,4 +49,4 @@ class SimTarget:
             return simulate_cluster(spec.cfg, spec.cluster, source, cost, signal_fn=signal_fn,
                                     seed=spec.seed, vocab_size=self.shape.vocab_size)
         return simulate(spec.cfg, source, cost, signal_fn=signal_fn, seed=spec.seed,
-                        vocab_size=self.shape.vocab_size)
+                        vocab_size=self.shape.vocab_size, record_steps=self.record_steps)

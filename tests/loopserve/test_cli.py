@@ -180,7 +180,7 @@ def test_cpu_target_runs_the_real_engine(tmp_path: Path) -> None:
     assert env["versions"]["torch"]  # the real engine imported torch
     # auto resolved on the CPU: the backend that ran is recorded and shown in the report.
     assert env["runner"] == {"attention_backend": "torch", "requested": "auto",
-                             "dtype": "float32"}
+                             "dtype": "float32", "cuda_graphs": "off"}
     assert "attention torch, float32" in (out / "report.html").read_text()
 
 

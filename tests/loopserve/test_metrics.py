@@ -100,3 +100,26 @@ def test_frames_have_the_design_columns_and_stable_csv() -> None:
         4, 2, 4, 3]
     assert tokens_frame(_records()).to_csv(index=False) == toks.to_csv(index=False)
     assert toks.to_csv(index=False).splitlines()[1] == "a,0,1.0,7,4"
+
+
+def test_inter_token_latencies_are_the_token_tables_gaps_bit_for_bit() -> None:
+    import random
+
+    import numpy as np
+
+    from loopserve.runs.metrics import inter_token_latencies
+
+    rng = random.Random(3)
+    next_index: dict[str, int] = {}
+    events = []
+    for k in range(2000):  # requests interleaved at random, times not sorted by request
+        rid = f"r{rng.randrange(40)}"
+        index = next_index.get(rid, 0)
+        next_index[rid] = index + 1
+        events.append(TokenEvent(rid, index, k * 0.01 + rng.random() * 1e-3, 1, 4))
+    records = RunRecords(tokens=events)
+    got = inter_token_latencies(records)
+    want = np.array(records.tokens.gaps(), dtype=np.float64)
+    assert got.dtype == np.float64 and len(got) == 2000 - len(next_index)
+    assert got.tobytes() == want.tobytes()
+    assert inter_token_latencies(RunRecords()).tobytes() == b""
