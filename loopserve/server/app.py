@@ -23,10 +23,10 @@ from typing import Any
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 
+from engine.text_stream import TextStream
 from loopserve.server import protocol as P
 from loopserve.server.engine_thread import EngineThread, Failure, Item, Submission
 from loopserve.server.metrics import CONTENT_TYPE, ServerMetrics
-from loopserve.server.text import TextStream
 from loopserve.server.tokenizer import Tokenizer
 
 _GONE = Failure("client disconnected")
