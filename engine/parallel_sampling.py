@@ -63,5 +63,8 @@ class HeldSamples(Generic[T]):
                 out += [it for _, it in items]
         return out
 
+    def leaders(self) -> list[str]:
+        return list(self._held)
+
     def __len__(self) -> int:
         return sum(len(v) for v in self._held.values())
