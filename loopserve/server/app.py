@@ -20,14 +20,16 @@ import asyncio
 import hmac
 import time
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
+from starlette.datastructures import Headers
 from starlette.exceptions import HTTPException
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 from loopserve.server import params as Q
 from loopserve.server import protocol as P
@@ -72,11 +74,23 @@ def _unavailable(message: str, code: str) -> JSONResponse:
                   {"Retry-After": str(RETRY_AFTER_S)})
 
 
-def _authorized(service: Service, request: Request) -> bool:
-    if service.api_key is None or not request.url.path.startswith("/v1"):
-        return True
-    given = request.headers.get("authorization", "")
-    return hmac.compare_digest(given.encode(), f"Bearer {service.api_key}".encode())
+class ApiKeyCheck:
+    """Pure ASGI middleware (Starlette's ``BaseHTTPMiddleware`` would delay a streaming
+    response's disconnect, and so its abort): 401 for a ``/v1/*`` request without the key."""
+
+    def __init__(self, app: ASGIApp, service: Service) -> None:
+        self.app, self.service = app, service
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        key = self.service.api_key
+        if key is not None and scope["type"] == "http" and scope["path"].startswith("/v1"):
+            given = Headers(scope=scope).get("authorization", "")
+            if not hmac.compare_digest(given.encode(), f"Bearer {key}".encode()):
+                await _error(P.RequestError(
+                    "invalid or missing API key: send the header 'Authorization: Bearer "
+                    "<key>'", None, 401, "invalid_api_key"))(scope, receive, send)
+                return
+        await self.app(scope, receive, send)
 
 
 def build_app(service: Service) -> FastAPI:
@@ -95,14 +109,7 @@ def build_app(service: Service) -> FastAPI:
                   openapi_url=None)
     name = service.limits.model_name
 
-    @app.middleware("http")
-    async def auth(request: Request, call_next: Callable[[Request], Awaitable[Response]]
-                   ) -> Response:
-        if not _authorized(service, request):
-            return _error(P.RequestError(
-                "invalid or missing API key: send the header 'Authorization: Bearer <key>'",
-                None, 401, "invalid_api_key"))
-        return await call_next(request)
+    app.add_middleware(ApiKeyCheck, service=service)
 
     @app.get("/health")
     async def health() -> Response:
