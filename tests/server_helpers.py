@@ -12,7 +12,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 
-from loopserve.server.app import Service
+from loopserve.server.service import Service
 from loopserve.server.launch import ServeOptions, bind, build_service, make_server
 
 STOP_TIMEOUT_S = 30.0

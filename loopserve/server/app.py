@@ -22,7 +22,6 @@ import time
 import uuid
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from dataclasses import dataclass, field
 from typing import Any
 
 from fastapi import FastAPI, Request
@@ -33,36 +32,12 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from loopserve.server import params as Q
 from loopserve.server import protocol as P
-from loopserve.server.chat_template import ChatTemplate
-from loopserve.server.engine_thread import EngineThread
 from loopserve.server.generation import Generation
-from loopserve.server.metrics import CONTENT_TYPE, ServerMetrics
+from loopserve.server.metrics import CONTENT_TYPE
 from loopserve.server.responses import Shapes
-from loopserve.server.tokenizer import Tokenizer
+from loopserve.server.service import Service
 
 RETRY_AFTER_S = 1
-
-
-@dataclass
-class Service:
-    """Everything the handlers share. ``in_flight`` counts accepted requests whose response
-    is not done; the overload bound reads the engine's own waiting count instead, which
-    does not depend on a response ever being started."""
-
-    engine: EngineThread
-    tokenizer: Tokenizer
-    limits: Q.Limits
-    metrics: ServerMetrics
-    max_waiting: int
-    chat_template: ChatTemplate | None = None
-    api_key: str | None = field(default=None, repr=False)
-    in_flight: int = 0
-    draining: bool = False
-    created: int = field(default_factory=lambda: int(time.time()))
-
-    @property
-    def num_waiting(self) -> int:
-        return self.engine.num_waiting
 
 
 def _error(err: P.RequestError, headers: dict[str, str] | None = None) -> JSONResponse:

@@ -25,7 +25,7 @@ if TYPE_CHECKING:
     from fastapi import Request
     from fastapi.responses import Response
 
-    from loopserve.server.app import Service
+    from loopserve.server.service import Service
 
 GONE = Failure("client disconnected")
 

@@ -21,11 +21,12 @@ import uvicorn
 
 from engine.core.config import EngineConfig
 from loopserve.errors import UserError
-from loopserve.server.app import Service, build_app
+from loopserve.server.app import build_app
 from loopserve.server.chat_template import ChatTemplateError, load_chat_template
 from loopserve.server.engine_thread import EngineThread
 from loopserve.server.metrics import ServerMetrics
 from loopserve.server.params import Limits
+from loopserve.server.service import Service
 from loopserve.server.tokenizer import load_tokenizer
 
 
@@ -97,11 +98,9 @@ def build_service(opts: ServeOptions) -> Service:
     if opts.max_waiting < 1:
         raise UserError("--max-waiting", f"must be >= 1, got {opts.max_waiting}")
     if opts.device == "cuda":
-        import torch
+        from loopserve.targets.real import check_device
 
-        if not torch.cuda.is_available():
-            raise UserError("--device", "cuda: no CUDA device is available here; use --device "
-                            "cpu")
+        check_device("cuda", "--device")
     if opts.api_key is not None and not opts.api_key.strip():
         raise UserError("--api-key", "empty; give a key or leave it unset")
     try:

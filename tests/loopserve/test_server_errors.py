@@ -91,5 +91,5 @@ def test_cuda_without_a_gpu_is_one_line() -> None:
         pytest.skip("this machine has a GPU: --device cuda is valid here")
     r = _serve("--device", "cuda")
     assert r.returncode == 2
-    assert r.stderr.strip() == ("loopserve: error: --device: cuda: no CUDA device is "
-                                "available here; use --device cpu")
+    assert r.stderr.strip() == ("loopserve: error: --device: cuda: no CUDA device on this "
+                                "machine; use --device cpu")
