@@ -12,8 +12,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 
-from loopserve.server.service import Service
 from loopserve.server.launch import ServeOptions, bind, build_service, make_server
+from loopserve.server.service import Service
 
 STOP_TIMEOUT_S = 30.0
 
