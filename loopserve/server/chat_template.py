@@ -120,5 +120,5 @@ def load_chat_template(model: str, override: str | None = None) -> ChatTemplate 
     jinja_file = folder / "chat_template.jinja"
     if jinja_file.is_file():
         return ChatTemplate(jinja_file.read_text(encoding="utf-8"), special, str(jinja_file))
-    source = _config_template(config)
-    return None if source is None else ChatTemplate(source, special, str(config_path))
+    found = _config_template(config)
+    return None if found is None else ChatTemplate(found, special, str(config_path))

@@ -65,7 +65,8 @@ class Generation:
         for sub in self.submissions:
             self.service.engine.submit(sub)
 
-    def _take(self, items: list[Item]) -> list[tuple[int, str, str | None, list | None]]:
+    def _take(self, items: list[Item]) -> list[
+            tuple[int, str, str | None, list[tuple[TokenLogprobs, int]] | None]]:
         """(choice, text, finish_reason, logprobs) per token; sets finish reasons or failure."""
         out = []
         for it in items:
