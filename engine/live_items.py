@@ -35,8 +35,11 @@ def expand_result(batch: Batch, live: tuple[ScheduledItem, ...], result: StepRes
     kept = {id(it) for it in live}
     if isinstance(result, CodaResult):
         tokens = iter(result.token_ids)
+        lps = iter(result.logprobs) if result.logprobs is not None else None
         return CodaResult(
-            batch.step, tuple(next(tokens) if id(it) in kept else 0 for it in batch.items)
+            batch.step, tuple(next(tokens) if id(it) in kept else 0 for it in batch.items),
+            None if lps is None else tuple(
+                next(lps) if id(it) in kept else None for it in batch.items),
         )
     if batch.stage is Stage.RECURRENT:
         signals = result.decode_signals if isinstance(result, RecurrentResult) else None

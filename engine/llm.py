@@ -17,12 +17,14 @@ import torch
 
 from engine.core.config import CacheConfig, EngineConfig, ExitConfig, SchedulerConfig
 from engine.core.engine_core import EngineCore
-from engine.core.request import Request, SamplingParams
+from engine.core.request import Request, SamplingParams, TokenLogprobs
 from engine.core.results import TokenEvent
 from engine.core.run_loop import StepLoop, stall_message
 from engine.model.alloc import default_dtype
 from engine.model.build import build_model
 from engine.model.ouro import OuroForCausalLM
+from engine.output_processor import OutputProcessor, TextTokenizer
+from engine.parallel_sampling import HeldSamples, sample_params, sample_request_id
 from engine.realtime import execute_or_fail
 from engine.runner import ModelRunner
 
@@ -32,14 +34,46 @@ _DEFAULT_PARAMS = SamplingParams()
 
 
 @dataclass(frozen=True, slots=True)
-class RequestOutput:
-    """A finished request as ``LLM.generate`` returns it."""
+class CompletionOutput:
+    """One sample of a finished request: its tokens, exit depths, finish reason, the
+    per-token log-probabilities when asked for, and its text when the LLM has a tokenizer."""
 
-    request_id: str
-    prompt_token_ids: list[int]
+    index: int
     output_token_ids: list[int]
     exit_depths: list[int]
     finish_reason: str | None
+    logprobs: list[TokenLogprobs] | None = None
+    text: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class RequestOutput:
+    """A finished request as ``LLM.generate`` returns it: ``outputs`` holds its ``n``
+    samples; the other fields read the first one."""
+
+    request_id: str
+    prompt_token_ids: list[int]
+    outputs: list[CompletionOutput]
+
+    @property
+    def output_token_ids(self) -> list[int]:
+        return self.outputs[0].output_token_ids
+
+    @property
+    def exit_depths(self) -> list[int]:
+        return self.outputs[0].exit_depths
+
+    @property
+    def finish_reason(self) -> str | None:
+        return self.outputs[0].finish_reason
+
+    @property
+    def logprobs(self) -> list[TokenLogprobs] | None:
+        return self.outputs[0].logprobs
+
+    @property
+    def text(self) -> str | None:
+        return self.outputs[0].text
 
 
 def make_engine_config(
@@ -95,7 +129,9 @@ class LLM:
     """Offline generation on the real engine: one EngineCore driven by one ModelRunner.
 
     ``model`` is a preset name, a checkpoint directory or a built ``OuroForCausalLM``;
-    remaining keyword arguments are SchedulerConfig / CacheConfig fields.
+    ``tokenizer`` (anything with ``decoder()``, e.g. ``loopserve.server.tokenizer``'s) gives
+    the outputs a text and enables stop strings; remaining keyword arguments are
+    SchedulerConfig / CacheConfig fields. ``n > 1`` follows ``engine.parallel_sampling``.
     """
 
     def __init__(
@@ -108,6 +144,7 @@ class LLM:
         seed: int = 0,
         exit: ExitConfig | None = None,
         attention_backend: str = "auto",
+        tokenizer: TextTokenizer | None = None,
         **engine_kwargs: Any,
     ) -> None:
         dtype = dtype or default_dtype(device)
@@ -117,7 +154,10 @@ class LLM:
         self.core = EngineCore(self.cfg)
         self.runner = build_runner(model, self.core, device, dtype, seed, attention_backend)
         self.loop = StepLoop(self.core)
+        self.outputs = OutputProcessor(self.core, tokenizer)
+        self._held: HeldSamples[tuple[str, list[int], SamplingParams]] = HeldSamples()
         self._ids = itertools.count()
+        self._finished: list[Request] = []
         self._t0 = time.perf_counter()
 
     def _now(self) -> float:
@@ -127,11 +167,30 @@ class LLM:
         self, prompt_token_ids: Sequence[int], params: SamplingParams | None = None,
         request_id: str | None = None,
     ) -> str:
+        """Queue a request (its ``n`` samples); its id. Sample ``i`` runs as
+        ``sample_request_id(id, i, n)``."""
         rid = request_id if request_id is not None else str(next(self._ids))
-        self.core.add_request(rid, list(prompt_token_ids), params or SamplingParams(), self._now())
+        params = params or SamplingParams()
+        prompt = list(prompt_token_ids)
+        hold = params.n > 1 and self.cfg.cache.enable_prefix_caching
+        for i in range(params.n):
+            sid, sp = sample_request_id(rid, i, params.n), sample_params(params, i)
+            if hold and i > 0:
+                self._held.hold(sample_request_id(rid, 0, params.n), sid, (sid, prompt, sp))
+            else:
+                self._add_sample(sid, prompt, sp)
         return rid
 
+    def _add_sample(self, request_id: str, prompt: list[int], params: SamplingParams) -> None:
+        self.outputs.add(request_id, params)
+        self.core.add_request(request_id, prompt, params, self._now())
+
     def abort(self, request_id: str) -> bool:
+        self.outputs.drop(request_id)
+        if self._held.drop(request_id):
+            return True
+        for sid, prompt, sp in self._held.release((), [request_id]):  # a leader's samples
+            self._add_sample(sid, prompt, sp)
         return self.core.abort(request_id)
 
     def step(self) -> list[TokenEvent]:
@@ -144,11 +203,18 @@ class LLM:
             return []
         start = self._now()
         result = execute_or_fail(self.core, self.runner, batch)
-        return self.loop.after_step(batch, result, start, self._now())
+        events = self.loop.after_step(batch, result, start, self._now())
+        self.outputs.process(events)
+        finished = self.loop.take_finished()
+        self._finished += finished
+        for sid, prompt, sp in self._held.release(events, (r.request_id for r in finished)):
+            self._add_sample(sid, prompt, sp)
+        return events
 
     def pop_finished(self) -> list[Request]:
         """Requests finished since the last call (any reason, aborts too), in finish order."""
-        return self.loop.take_finished()
+        out, self._finished = self._finished + self.loop.take_finished(), []
+        return out
 
     def drain(self) -> None:
         """Hand the runner what finished requests left behind (call when idle)."""
@@ -179,16 +245,22 @@ class LLM:
         params: SamplingParams | Sequence[SamplingParams] = _DEFAULT_PARAMS,
     ) -> list[RequestOutput]:
         """Run ``prompts`` (token ids) to completion; outputs in prompt order."""
-        ids = self._submit(prompts, params)
+        plist = [params] * len(prompts) if isinstance(params, SamplingParams) else list(params)
+        ids = self._submit(prompts, plist)
         while self.core.has_work():
             self.step()
-        done = {req.request_id: _output(req) for req in self.pop_finished()}
+        done = {req.request_id: req for req in self.pop_finished()}
         self.drain()
-        return [done[i] for i in ids]
+        outs = []
+        for rid, prompt, sp in zip(ids, prompts, plist, strict=True):
+            samples = [done[sample_request_id(rid, i, sp.n)] for i in range(sp.n)]
+            outs.append(RequestOutput(rid, list(prompt), [
+                self._sample_output(i, req) for i, req in enumerate(samples)]))
+        return outs
 
-
-def _output(req: Request) -> RequestOutput:
-    return RequestOutput(
-        req.request_id, list(req.prompt_token_ids), list(req.output_token_ids),
-        list(req.exit_depths), req.finish_reason,
-    )
+    def _sample_output(self, index: int, req: Request) -> CompletionOutput:
+        return CompletionOutput(
+            index, list(req.output_token_ids), list(req.exit_depths), req.finish_reason,
+            list(req.output_logprobs) if req.params.logprobs is not None else None,
+            self.outputs.finish(req.request_id),
+        )

@@ -29,8 +29,9 @@ from engine.live_items import expand_result, live_items
 from engine.model.alloc import default_dtype
 from engine.model.lookahead import LookaheadHead, LookaheadHeads
 from engine.model.ouro import OuroForCausalLM
+from engine.penalties import token_histories
 from engine.readback import Readbacks
-from engine.sampling import sample
+from engine.sampling import Logprobs, sample
 from engine.state_buffers import DecodeStateBuffers, PromptStateBuffers
 from engine.uploads import upload_ints
 from kernels.attention import AttentionShape, get_backend, resolve_backend
@@ -166,7 +167,7 @@ class ModelRunner:
             self._prelude(batch)
             return StepResult(batch.step)
         if batch.stage is Stage.CODA:
-            return CodaResult(batch.step, tuple(self._coda(batch)))
+            return CodaResult(batch.step, *self._coda(batch))
         signals = self._run_core(batch)
         if batch.stage is Stage.RECURRENT:
             return RecurrentResult(batch.step, signals)
@@ -199,14 +200,14 @@ class ModelRunner:
         hidden = self.model.prelude(upload_ints([it.token_ids[0] for it in items], self.device))
         self.decode_states.hidden.index_copy_(0, self._decode_slots(items), hidden)
 
-    def _coda(self, batch: Batch) -> list[int]:
+    def _coda(self, batch: Batch) -> tuple[tuple[int, ...], Logprobs]:
         items = list(batch.items)
         hidden = self.decode_states.hidden.index_select(0, self._decode_slots(items))
         logits = self.model.coda(hidden)
-        return sample(
-            logits, [self._params(it) for it in items], [it.request_id for it in items],
-            [it.position for it in items], self.seed, self.readbacks.host,
-        )
+        params = [self._params(it) for it in items]
+        return sample(logits, params, [it.request_id for it in items],
+                      [it.position for it in items], self.seed, self.readbacks.host,
+                      token_histories(items, params, self.requests))
 
     # ---- core calls ----------------------------------------------------------------------
     def _prepare_batch(self, pairs: CallPairs, backend_prepare: bool = True) -> PreparedCall:

@@ -1,7 +1,10 @@
-"""Per-request seeded sampling (greedy at temperature 0; temperature, top-k, top-p).
+"""Per-request seeded sampling (greedy at temperature 0; temperature, top-k, top-p), with
+the penalties of ``engine.penalties`` and per-token log-probabilities.
 
 Each token draws from a generator seeded by (request seed, position), so a request's tokens
-do not depend on which other rows shared its CODA batch, nor on the device.
+do not depend on which other rows shared its CODA batch, nor on the device. Log-probabilities
+are a log-softmax of the raw logits (before penalties and temperature, as vLLM reports them
+by default), computed on the device with their top-k; a step still reads back once.
 """
 
 from __future__ import annotations
@@ -11,7 +14,10 @@ from collections.abc import Callable, Sequence
 import torch
 
 from engine.core.exits import stable_seed
-from engine.core.request import SamplingParams
+from engine.core.request import SamplingParams, TokenLogprobs
+from engine.penalties import TokenHistory, adjust_logits
+
+Logprobs = tuple[TokenLogprobs | None, ...] | None
 
 
 def token_seed(params: SamplingParams, request_id: str, position: int, default_seed: int) -> int:
@@ -46,19 +52,67 @@ def sample(
     positions: Sequence[int],
     default_seed: int = 0,
     to_host: Callable[[torch.Tensor], torch.Tensor] = torch.Tensor.cpu,
-) -> list[int]:
-    """One token per row of ``logits`` [N, V], with exactly one ``to_host`` readback: the
-    argmax rows when every row is greedy, else the fp32 logits (argmax on the host then:
-    the upcast is exact, so the picks are the same)."""
+    histories: Sequence[TokenHistory | None] | None = None,
+) -> tuple[tuple[int, ...], Logprobs]:
+    """One token per row of ``logits`` [N, V] and, when a row asks, its log-probabilities;
+    exactly one ``to_host`` readback: the argmax rows (with the log-probability columns)
+    when every row is greedy, else the fp32 logits (argmax on the host then: the upcast is
+    exact, so the picks are the same)."""
+    kmax = max((p.logprobs for p in params if p.logprobs is not None), default=-1)
+    lp = torch.log_softmax(logits.float(), dim=-1) if kmax >= 0 else None  # raw logits
+    if histories is not None:
+        logits = adjust_logits(logits, params, histories)
     if all(p.temperature == 0.0 for p in params):
-        return [int(t) for t in to_host(logits.argmax(dim=-1)).tolist()]
-    host = to_host(logits.float())
+        picks = logits.argmax(dim=-1)
+        if lp is None:
+            return tuple(int(t) for t in to_host(picks).tolist()), None
+        chosen = lp.gather(1, picks[:, None])
+        top = lp.topk(kmax, dim=-1) if kmax > 0 else None
+        host = to_host(_pack(picks[:, None].float(), chosen, top))
+        ids = tuple(int(t) for t in host[:, 0].tolist())
+        return ids, _unpack(host[:, 1:], ids, params, kmax)
+    width = logits.shape[-1]
+    if lp is None:
+        host = to_host(logits.float())
+    else:
+        top = lp.topk(kmax, dim=-1) if kmax > 0 else None
+        host = to_host(torch.cat([logits.float(), lp, *_top_columns(top)], dim=1))
     out = [0] * len(params)
     for i, p in enumerate(params):
         if p.temperature == 0.0:
-            out[i] = int(host[i].argmax())
+            out[i] = int(host[i, :width].argmax())
             continue
         gen = torch.Generator().manual_seed(
             token_seed(p, request_ids[i], positions[i], default_seed))
-        out[i] = int(torch.multinomial(filtered_probs(host[i], p), 1, generator=gen).item())
-    return out
+        out[i] = int(torch.multinomial(filtered_probs(host[i, :width], p), 1,
+                                       generator=gen).item())
+    if lp is None:
+        return tuple(out), None
+    chosen_lp = host[:, width:2 * width].gather(1, torch.tensor(out)[:, None])
+    return tuple(out), _unpack(torch.cat([chosen_lp, host[:, 2 * width:]], dim=1), out, params,
+                               kmax)
+
+
+def _top_columns(top: torch.return_types.topk | None) -> list[torch.Tensor]:
+    """Top-k ids (as fp32: exact below 2**24) and log-probabilities, as columns."""
+    return [] if top is None else [top.indices.float(), top.values]
+
+
+def _pack(picks: torch.Tensor, chosen: torch.Tensor,
+          top: torch.return_types.topk | None) -> torch.Tensor:
+    return torch.cat([picks, chosen, *_top_columns(top)], dim=1)
+
+
+def _unpack(host: torch.Tensor, ids: Sequence[int], params: Sequence[SamplingParams],
+            kmax: int) -> Logprobs:
+    """Rows of [chosen logprob, top ids (kmax), top logprobs (kmax)] as TokenLogprobs."""
+    rows = host.tolist()
+    out: list[TokenLogprobs | None] = []
+    for i, p in enumerate(params):
+        if p.logprobs is None:
+            out.append(None)
+            continue
+        row = rows[i]
+        top = tuple((int(row[1 + j]), float(row[1 + kmax + j])) for j in range(p.logprobs))
+        out.append(TokenLogprobs(ids[i], float(row[0]), top))
+    return tuple(out)

@@ -3,6 +3,7 @@ port, always stopped (engine thread joined, socket closed) when the block ends."
 
 from __future__ import annotations
 
+import logging
 import re
 import threading
 import time
@@ -11,8 +12,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 
-from loopserve.server.app import Service
 from loopserve.server.launch import ServeOptions, bind, build_service, make_server
+from loopserve.server.service import Service
 
 STOP_TIMEOUT_S = 30.0
 
@@ -41,6 +42,26 @@ class Running:
         while (got := self.metric(name, **labels)) != value:
             assert time.monotonic() < deadline, f"{name}{labels} stayed {got}, not {value}"
             time.sleep(0.02)
+
+
+@contextmanager
+def server_log() -> Iterator[list[logging.LogRecord]]:
+    """Records the server's loggers (uvicorn's and loopserve's) emit inside the block."""
+    records: list[logging.LogRecord] = []
+
+    class Keep(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            records.append(record)
+
+    handler = Keep(logging.DEBUG)
+    loggers = [logging.getLogger(n) for n in ("uvicorn.error", "loopserve.server")]
+    for lg in loggers:
+        lg.addHandler(handler)
+    try:
+        yield records
+    finally:
+        for lg in loggers:
+            lg.removeHandler(handler)
 
 
 @contextmanager

@@ -23,7 +23,7 @@ from engine.core.errors import StaleResultError
 from engine.core.exits import make_decider, validate_trace
 from engine.core.policies import make_policy
 from engine.core.prompt_state import PromptStateHandles
-from engine.core.request import Request, SamplingParams, Stage, frozen_ids
+from engine.core.request import Request, SamplingParams, Stage, TokenLogprobs, frozen_ids
 from engine.core.results import CodaResult, RecurrentResult, StepResult, TokenEvent, result_matches
 from engine.core.scheduler import Scheduler
 
@@ -89,12 +89,13 @@ class EngineCore:
         self.scheduler.add(req)
         return req
 
-    def abort(self, request_id: str) -> bool:
-        """Finish a request with reason ``abort`` and release everything it holds."""
+    def abort(self, request_id: str, reason: str = "abort") -> bool:
+        """Finish a request with ``reason`` (``stop`` when a front end found a stop string in
+        its text) and release everything it holds; False when it is not active."""
         req = self.requests.get(request_id)
         if req is None:
             return False
-        self._finish(req, "abort")
+        self._finish(req, reason)
         return True
 
     def has_work(self) -> bool:
@@ -161,7 +162,8 @@ class EngineCore:
                 self._apply_prelude(req)
             elif stage is Stage.CODA:
                 assert isinstance(result, CodaResult)
-                events.append(self._apply_coda(req, result.token_ids[i], now))
+                lp = None if result.logprobs is None else result.logprobs[i]
+                events.append(self._apply_coda(req, result.token_ids[i], now, lp))
             else:
                 self._apply_prompt(req, item)
         return events
@@ -258,31 +260,27 @@ class EngineCore:
         req.stage = Stage.CODA
         self.scheduler.requeue(req)
 
-    def _apply_coda(self, req: Request, token_id: int, now: float) -> TokenEvent:
+    def _apply_coda(self, req: Request, token_id: int, now: float,
+                    logprobs: TokenLogprobs | None = None) -> TokenEvent:
         index = req.num_output_tokens
         exit_depth = self.num_depths if index == 0 else req.loops_done
         req.output_token_ids.append(int(token_id))
         req.exit_depths.append(exit_depth)
+        if logprobs is not None:
+            req.output_logprobs.append(logprobs)
         req.position = req.num_prompt_tokens + index  # where this new token will run
         if index == 0:
             req.first_token_s = now
-        reason = self._finish_reason(req, int(token_id))
+        reason = req.finish_reason_after(int(token_id))
         if reason is not None:
             self._finish(req, reason)
         else:
             req.stage = Stage.PRELUDE
             self.scheduler.requeue(req)
         return TokenEvent(
-            req.request_id, index, now, int(token_id), exit_depth, reason is not None, reason
+            req.request_id, index, now, int(token_id), exit_depth, reason is not None, reason,
+            logprobs,
         )
-
-    def _finish_reason(self, req: Request, token_id: int) -> str | None:
-        p = req.params
-        if not p.ignore_eos and (token_id == p.eos_token_id or token_id in p.stop_token_ids):
-            return "stop"
-        if req.num_output_tokens >= p.max_tokens:
-            return "length"
-        return None
 
     def _finish(self, req: Request, reason: str) -> None:
         self.scheduler.remove(req)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import enum
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
@@ -11,6 +12,9 @@ from engine.core.config import ExitConfig
 
 if TYPE_CHECKING:
     from engine.core.exits import ExitDecider
+
+# vLLM's default cap on the top log-probabilities a request may ask for per token.
+MAX_LOGPROBS = 20
 
 
 class Stage(enum.Enum):
@@ -24,10 +28,20 @@ class Stage(enum.Enum):
 
 @dataclass(frozen=True, slots=True)
 class SamplingParams:
-    """Per-request generation settings.
+    """Per-request generation settings (vLLM's names and meanings).
 
     ``exit`` overrides the engine's default exit config; ``exit_trace`` gives one exit depth
     per output token for ``trace`` mode (the first entry must equal the model's depth).
+
+    ``logprobs`` asks for the chosen token's log-probability and the ``logprobs`` most
+    likely ones per token (0: the chosen one only; at most ``MAX_LOGPROBS``), from the raw
+    logits of the depth the token exited at. ``min_tokens`` keeps EOS and ``stop_token_ids``
+    from being sampled before that many tokens. Penalties follow vLLM: ``presence_penalty``
+    and ``frequency_penalty`` subtract from the logits of tokens already generated (once, and
+    per occurrence); ``repetition_penalty`` divides positive (multiplies negative) logits of
+    tokens in the prompt or the output. ``n`` and ``stop`` strings are carried for the
+    front ends (``engine.parallel_sampling``, ``engine.text_stream``); the core itself runs
+    one sample per request and never sees text.
     """
 
     max_tokens: int = 16
@@ -40,17 +54,60 @@ class SamplingParams:
     stop_token_ids: tuple[int, ...] = ()
     exit: ExitConfig | None = None
     exit_trace: tuple[int, ...] | None = None
+    n: int = 1
+    logprobs: int | None = None
+    stop: tuple[str, ...] = ()
+    min_tokens: int = 0
+    presence_penalty: float = 0.0
+    frequency_penalty: float = 0.0
+    repetition_penalty: float = 1.0
 
     def __post_init__(self) -> None:
         if not isinstance(self.max_tokens, int) or self.max_tokens < 1:
             raise ValueError(
                 f"sampling.max_tokens: must be an integer >= 1, got {self.max_tokens!r}")
-        if self.temperature < 0:
+        if not self.temperature >= 0 or math.isinf(self.temperature):
             raise ValueError(f"sampling.temperature: must be >= 0, got {self.temperature!r}")
         if self.top_k < 0:
             raise ValueError(f"sampling.top_k: must be >= 0 (0 = off), got {self.top_k!r}")
         if not 0.0 < self.top_p <= 1.0:
             raise ValueError(f"sampling.top_p: must be in (0, 1], got {self.top_p!r}")
+        self._check_extensions()
+
+    def _check_extensions(self) -> None:
+        if self.n < 1:
+            raise ValueError(f"sampling.n: must be >= 1, got {self.n!r}")
+        if self.logprobs is not None and not 0 <= self.logprobs <= MAX_LOGPROBS:
+            raise ValueError(
+                f"sampling.logprobs: must be in [0, {MAX_LOGPROBS}], got {self.logprobs!r}")
+        if not 0 <= self.min_tokens <= self.max_tokens:
+            raise ValueError(f"sampling.min_tokens: must be in [0, max_tokens "
+                             f"{self.max_tokens}], got {self.min_tokens!r}")
+        for name in ("presence_penalty", "frequency_penalty"):
+            value = getattr(self, name)
+            if not -2.0 <= value <= 2.0:
+                raise ValueError(f"sampling.{name}: must be in [-2, 2], got {value!r}")
+        if not 0.0 < self.repetition_penalty <= 2.0:
+            raise ValueError("sampling.repetition_penalty: must be in (0, 2], got "
+                             f"{self.repetition_penalty!r}")
+        if any(not s for s in self.stop):
+            raise ValueError("sampling.stop: empty stop string; remove it")
+
+    @property
+    def has_penalties(self) -> bool:
+        """Whether the sampler must look at the request's tokens so far."""
+        return (self.presence_penalty != 0.0 or self.frequency_penalty != 0.0
+                or self.repetition_penalty != 1.0)
+
+
+@dataclass(frozen=True, slots=True)
+class TokenLogprobs:
+    """The log-probability of a sampled token and the most likely tokens at its position
+    (``top``: (token id, log-probability), most likely first)."""
+
+    token_id: int
+    logprob: float
+    top: tuple[tuple[int, float], ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -102,6 +159,8 @@ class Request:
     position: int = 0
     output_token_ids: list[int] = field(default_factory=list)
     exit_depths: list[int] = field(default_factory=list)
+    # One entry per output token when params.logprobs is set, else empty.
+    output_logprobs: list[TokenLogprobs] = field(default_factory=list)
     admitted_seq: int = -1
     arrival_seq: int = -1
     bypassed: int = 0
@@ -118,6 +177,17 @@ class Request:
     @property
     def num_output_tokens(self) -> int:
         return len(self.output_token_ids)
+
+    def finish_reason_after(self, token_id: int) -> str | None:
+        """Why the request ends with its newest output token ``token_id``, or None."""
+        p = self.params
+        # Before min_tokens the sampler never picks these; a forced token does not stop.
+        if (not p.ignore_eos and self.num_output_tokens > p.min_tokens
+                and (token_id == p.eos_token_id or token_id in p.stop_token_ids)):
+            return "stop"
+        if self.num_output_tokens >= p.max_tokens:
+            return "length"
+        return None
 
     @property
     def lifetime_tokens(self) -> int:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from engine.core.batch import Batch
-from engine.core.request import Stage
+from engine.core.request import Stage, TokenLogprobs
 
 # The classes below are built once per step or per token. Their __init__ is written out
 # (init=False) because a dataclass-generated one stays interpreted under mypyc; they are
@@ -35,13 +35,19 @@ class RecurrentResult(StepResult):
 
 @dataclass(slots=True, init=False)
 class CodaResult(StepResult):
-    """One sampled token id per CODA item in item order."""
+    """One sampled token id per CODA item in item order; ``logprobs`` one entry per item
+    (None for items that did not ask), or None when no item asked."""
 
     token_ids: tuple[int, ...]
+    logprobs: tuple[TokenLogprobs | None, ...] | None
 
-    def __init__(self, step: int, token_ids: tuple[int, ...] = ()) -> None:
+    def __init__(
+        self, step: int, token_ids: tuple[int, ...] = (),
+        logprobs: tuple[TokenLogprobs | None, ...] | None = None,
+    ) -> None:
         self.step = step
         self.token_ids = token_ids
+        self.logprobs = logprobs
 
 
 @dataclass(slots=True, init=False)
@@ -55,10 +61,12 @@ class TokenEvent:
     exit_depth: int  # loops the token ran, 1..D; the first token is always D
     finished: bool
     finish_reason: str | None
+    logprobs: TokenLogprobs | None
 
     def __init__(
         self, request_id: str, index: int, time_s: float, token_id: int, exit_depth: int,
         finished: bool = False, finish_reason: str | None = None,
+        logprobs: TokenLogprobs | None = None,
     ) -> None:
         self.request_id = request_id
         self.index = index
@@ -67,6 +75,7 @@ class TokenEvent:
         self.exit_depth = exit_depth
         self.finished = finished
         self.finish_reason = finish_reason
+        self.logprobs = logprobs
 
 
 @dataclass(slots=True, init=False)
@@ -174,7 +183,8 @@ def result_matches(batch: Batch, result: StepResult) -> bool:
     if result.step != batch.step:
         return False
     if batch.stage is Stage.CODA:
-        return isinstance(result, CodaResult) and len(result.token_ids) == len(batch.items)
+        return isinstance(result, CodaResult) and len(result.token_ids) == len(batch.items) and (
+            result.logprobs is None or len(result.logprobs) == len(batch.items))
     if batch.stage is Stage.RECURRENT:
         if not isinstance(result, RecurrentResult):
             return False

@@ -2,19 +2,22 @@
 
     loopserve serve --model PRESET_OR_DIR [--scenario FILE] [--arm mixed] [--host 127.0.0.1]
                     [--port 8000] [--max-waiting N] [--device cpu|cuda] [--seed S]
+                    [--chat-template FILE] [--api-key KEY]
 
-Endpoints: ``POST /v1/completions`` (stream or not), ``GET /v1/models``, ``GET /health``,
-``GET /metrics``. SIGTERM or Ctrl-C stops accepting, gives in-flight requests
-``--shutdown-timeout`` seconds, aborts the rest and exits 0.
+Endpoints: ``POST /v1/completions`` and ``POST /v1/chat/completions`` (stream or not),
+``GET /v1/models``, ``GET /health``, ``GET /metrics``. SIGTERM or Ctrl-C stops accepting,
+gives in-flight requests ``--shutdown-timeout`` seconds, aborts the rest and exits 0.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 from typing import Any
 
 from loopserve.commands import command_help
 from loopserve.commands.args import integer, number
+from loopserve.errors import UserError
 
 
 def add_parser(sub: Any) -> None:
@@ -35,6 +38,12 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--enable-prefix-caching", action="store_true",
                    help="reuse cached prompt prefixes across requests "
                    "(cache.enable_prefix_caching)")
+    p.add_argument("--chat-template", metavar="FILE",
+                   help="jinja2 chat template for /v1/chat/completions (default: the "
+                   "checkpoint's, from tokenizer_config.json; a preset's built-in ChatML)")
+    p.add_argument("--api-key", default=os.environ.get("LOOPSERVE_API_KEY"),
+                   help="require 'Authorization: Bearer KEY' on every /v1/* request "
+                   "(default: $LOOPSERVE_API_KEY; none: open)")
     p.add_argument("--shutdown-timeout", default="10",
                    help="seconds in-flight requests get after SIGTERM (default 10)")
     p.set_defaults(handler=main)
@@ -52,7 +61,10 @@ def main(args: argparse.Namespace, argv: list[str]) -> int:
         num_blocks=None if args.num_blocks is None else integer(
             "--num-blocks", args.num_blocks, 1),
         enable_prefix_caching=args.enable_prefix_caching,
+        chat_template=args.chat_template, api_key=args.api_key,
     )
     port = integer("--port", args.port, 0)
+    if port > 65535:
+        raise UserError("--port", f"must be in 1-65535 (0: any free port), got {port}")
     timeout = number("--shutdown-timeout", args.shutdown_timeout, 0)
     return serve(build_service(opts), args.host, port, shutdown_timeout_s=timeout)

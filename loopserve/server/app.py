@@ -1,56 +1,43 @@
-"""The FastAPI app: ``POST /v1/completions``, ``GET /v1/models``, ``/health``, ``/metrics``.
+"""The FastAPI app: ``POST /v1/completions``, ``POST /v1/chat/completions``,
+``GET /v1/models``, ``/health``, ``/metrics``.
 
-A request is validated on the asyncio side (``protocol``), then handed to the engine thread
-with its own ``asyncio.Queue``; the engine thread fills that queue after each step. One SSE
-event goes out per token, in the chunk format OpenAI and vLLM emit, the last carrying the
-finish reason, then the usage chunk when ``stream_options.include_usage`` asks for it, then
-``data: [DONE]``. A client that goes away has its request aborted: Starlette cancels a
-stream when the client disconnects, and a watcher does the same for a non-streamed request.
-``max_waiting`` bounds the accepted requests not yet running; past it the answer is 503 with
-``Retry-After``. Accepted requests are never dropped.
+A request is validated on the asyncio side (``protocol``, ``params``), then handed to the
+engine thread as one submission per (prompt, sample) sharing one ``asyncio.Queue``
+(``generation``). One SSE event goes out per token and choice, in the chunk format OpenAI
+and vLLM emit, the last of a choice carrying its finish reason, then the usage chunk when
+``stream_options.include_usage`` asks for it, then ``data: [DONE]``. A client that goes away
+has its requests aborted. ``max_waiting`` bounds the accepted requests not yet running;
+past it the answer is 503 with ``Retry-After``. Accepted requests are never dropped.
+
+Every error is in OpenAI's shape, unknown routes (404) and methods (405) included. With an
+API key every ``/v1/*`` request needs ``Authorization: Bearer KEY`` (else 401); ``/health``
+and ``/metrics`` stay open. The key is compared in constant time and never echoed.
 """
 
 from __future__ import annotations
 
 import asyncio
+import hmac
 import time
 import uuid
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from dataclasses import dataclass, field
 from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
+from starlette.datastructures import Headers
+from starlette.exceptions import HTTPException
+from starlette.types import ASGIApp, Receive, Scope, Send
 
+from loopserve.server import params as Q
 from loopserve.server import protocol as P
-from loopserve.server.engine_thread import EngineThread, Failure, Item, Submission
-from loopserve.server.metrics import CONTENT_TYPE, ServerMetrics
-from loopserve.server.text import TextStream
-from loopserve.server.tokenizer import Tokenizer
+from loopserve.server.generation import Generation
+from loopserve.server.metrics import CONTENT_TYPE
+from loopserve.server.responses import Shapes
+from loopserve.server.service import Service
 
-_GONE = Failure("client disconnected")
 RETRY_AFTER_S = 1
-
-
-@dataclass
-class Service:
-    """Everything the handlers share. ``in_flight`` counts accepted requests whose response
-    is not done; the overload bound reads the engine's own waiting count instead, which
-    does not depend on a response ever being started."""
-
-    engine: EngineThread
-    tokenizer: Tokenizer
-    limits: P.Limits
-    metrics: ServerMetrics
-    max_waiting: int
-    in_flight: int = 0
-    draining: bool = False
-    created: int = field(default_factory=lambda: int(time.time()))
-
-    @property
-    def num_waiting(self) -> int:
-        return self.engine.num_waiting
 
 
 def _error(err: P.RequestError, headers: dict[str, str] | None = None) -> JSONResponse:
@@ -60,6 +47,25 @@ def _error(err: P.RequestError, headers: dict[str, str] | None = None) -> JSONRe
 def _unavailable(message: str, code: str) -> JSONResponse:
     return _error(P.RequestError(message, None, 503, code, "server_error"),
                   {"Retry-After": str(RETRY_AFTER_S)})
+
+
+class ApiKeyCheck:
+    """Pure ASGI middleware (Starlette's ``BaseHTTPMiddleware`` would delay a streaming
+    response's disconnect, and so its abort): 401 for a ``/v1/*`` request without the key."""
+
+    def __init__(self, app: ASGIApp, service: Service) -> None:
+        self.app, self.service = app, service
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        key = self.service.api_key
+        if key is not None and scope["type"] == "http" and scope["path"].startswith("/v1"):
+            given = Headers(scope=scope).get("authorization", "")
+            if not hmac.compare_digest(given.encode(), f"Bearer {key}".encode()):
+                await _error(P.RequestError(
+                    "invalid or missing API key: send the header 'Authorization: Bearer "
+                    "<key>'", None, 401, "invalid_api_key"))(scope, receive, send)
+                return
+        await self.app(scope, receive, send)
 
 
 def build_app(service: Service) -> FastAPI:
@@ -74,8 +80,11 @@ def build_app(service: Service) -> FastAPI:
             service.draining = True
             await asyncio.to_thread(service.engine.stop)
 
-    app = FastAPI(title="loopserve", lifespan=lifespan)
+    app = FastAPI(title="loopserve", lifespan=lifespan, docs_url=None, redoc_url=None,
+                  openapi_url=None)
     name = service.limits.model_name
+
+    app.add_middleware(ApiKeyCheck, service=service)
 
     @app.get("/health")
     async def health() -> Response:
@@ -94,31 +103,19 @@ def build_app(service: Service) -> FastAPI:
 
     @app.post("/v1/completions")
     async def completions(request: Request) -> Response:
-        if service.draining:
-            return _unavailable("the server is shutting down; retry on another replica",
-                                "shutting_down")
-        try:
-            req = P.parse_request(await request.body())
-            if req.model is not None and req.model != name:
-                raise P.RequestError(f"model: {req.model!r} is not served here; use {name!r}",
-                                     "model", 404, "model_not_found")
-            ids = P.resolve_prompt(req.prompt, service.tokenizer,
-                                   service.limits.cfg.model.vocab_size)
-            params = P.sampling_params(req, len(ids), service.limits, service.tokenizer)
-            stops = P.stop_strings(req)
-        except P.RequestError as err:
-            return _error(err)
-        if service.num_waiting >= service.max_waiting:
-            return _unavailable(f"overloaded: {service.num_waiting} requests are waiting "
-                                f"(max_waiting {service.max_waiting}); retry later",
-                                "overloaded")
-        gen = _Generation(service, f"cmpl-{uuid.uuid4().hex}", len(ids),
-                          TextStream(service.tokenizer.decoder(), stops), req.include_usage)
-        service.in_flight += 1
-        service.engine.submit(Submission(gen.rid, ids, params, time.perf_counter(), gen.queue))
-        if req.stream:
-            return StreamingResponse(gen.events(), media_type="text/event-stream")
-        return await gen.collect(request)
+        return await _generate(service, request, chat=False)
+
+    @app.post("/v1/chat/completions")
+    async def chat_completions(request: Request) -> Response:
+        return await _generate(service, request, chat=True)
+
+    @app.exception_handler(HTTPException)
+    async def http_error(request: Request, exc: HTTPException) -> JSONResponse:
+        code = {404: "not_found", 405: "method_not_allowed"}.get(exc.status_code)
+        message = (f"{request.method} {request.url.path}: "
+                   f"{'no such route' if exc.status_code == 404 else exc.detail}")
+        return JSONResponse(P.error_body(message, None, code), status_code=exc.status_code,
+                            headers=getattr(exc, "headers", None))
 
     @app.exception_handler(Exception)
     async def internal(_: Request, exc: Exception) -> JSONResponse:
@@ -128,84 +125,40 @@ def build_app(service: Service) -> FastAPI:
     return app
 
 
-class _Generation:
-    """One accepted request on the asyncio side, from submission to its last byte."""
+def _prepare(service: Service, raw: bytes, chat: bool) -> tuple[Any, list[list[int]], Any]:
+    """The parsed request, its prompts as token ids and their params; RequestError else."""
+    req = P.parse_request(raw, "chat" if chat else "completion")
+    name = service.limits.model_name
+    if req.model is not None and req.model != name:
+        raise P.RequestError(f"model: {req.model!r} is not served here; use {name!r}",
+                             "model", 404, "model_not_found")
+    vocab = service.limits.cfg.model.vocab_size
+    if isinstance(req, P.ChatRequest):
+        prompts = [Q.chat_prompt(req, service.chat_template, service.tokenizer, vocab)]
+    else:
+        prompts = Q.resolve_prompts(req.prompt, service.tokenizer, vocab)
+    params = [Q.sampling_params(req, len(ids), service.limits, service.tokenizer)
+              for ids in prompts]
+    return req, prompts, params
 
-    def __init__(self, service: Service, rid: str, prompt_len: int, text: TextStream,
-                 include_usage: bool) -> None:
-        self.service, self.rid, self.prompt_len = service, rid, prompt_len
-        self.text, self.include_usage = text, include_usage
-        self.queue: asyncio.Queue[list[Item]] = asyncio.Queue()
-        self.num_tokens = 0
-        self.finish_reason: str | None = None
-        self.failure: str | None = None
-        self._closed = False
 
-    def _take(self, items: list[Item]) -> list[tuple[str, str | None]]:
-        """(text, finish_reason) per token of ``items``; sets finish_reason or failure."""
-        out = []
-        for it in items:
-            if isinstance(it, Failure):
-                self.failure = it.message
-                break
-            self.num_tokens += 1
-            piece, stopped = self.text.add(it.token_id)
-            if stopped:
-                self.finish_reason = "stop"
-                if not it.finished:
-                    self.service.engine.abort(self.rid)
-            elif it.finished:
-                self.finish_reason = it.finish_reason
-                piece += self.text.flush()
-            out.append((piece, self.finish_reason))
-            if self.finish_reason is not None:
-                break
-        return out
-
-    @property
-    def done(self) -> bool:
-        return self.finish_reason is not None or self.failure is not None
-
-    def _close(self) -> None:
-        if not self._closed:
-            self._closed = True
-            self.service.in_flight -= 1
-            if self.finish_reason is None:  # gone, cancelled or failed: abort is idempotent
-                self.service.engine.abort(self.rid)
-
-    async def events(self) -> AsyncIterator[bytes]:
-        name, created = self.service.limits.model_name, int(time.time())
-        try:
-            while not self.done:
-                for piece, reason in self._take(await self.queue.get()):
-                    yield P.chunk(self.rid, created, name, piece, reason)
-            if self.failure is not None:
-                yield P.error_event(self.failure)
-            elif self.include_usage:
-                yield P.usage_chunk(self.rid, created, name,
-                                    P.usage(self.prompt_len, self.num_tokens))
-            yield P.DONE
-        finally:
-            self._close()
-
-    async def collect(self, request: Request) -> Response:
-        watcher = asyncio.ensure_future(self._watch(request))
-        try:
-            pieces: list[str] = []
-            while not self.done:
-                pieces.extend(p for p, _ in self._take(await self.queue.get()))
-        finally:
-            watcher.cancel()
-            self._close()
-        if self.failure is not None:
-            status = 499 if self.failure == _GONE.message else 500
-            return _error(P.RequestError(self.failure, None, status, "engine_error",
-                                         "server_error"))
-        return JSONResponse(P.completion(
-            self.rid, int(time.time()), self.service.limits.model_name, "".join(pieces),
-            self.finish_reason, P.usage(self.prompt_len, self.num_tokens)))
-
-    async def _watch(self, request: Request) -> None:
-        while (await request.receive())["type"] != "http.disconnect":
-            pass
-        self.queue.put_nowait([_GONE])
+async def _generate(service: Service, request: Request, chat: bool) -> Response:
+    if service.draining:
+        return _unavailable("the server is shutting down; retry on another replica",
+                            "shutting_down")
+    try:
+        req, prompts, params = _prepare(service, await request.body(), chat)
+    except P.RequestError as err:
+        return _error(err)
+    if service.num_waiting >= service.max_waiting:
+        return _unavailable(f"overloaded: {service.num_waiting} requests are waiting "
+                            f"(max_waiting {service.max_waiting}); retry later", "overloaded")
+    prefix = "chatcmpl" if chat else "cmpl"
+    tok = service.tokenizer
+    shapes = Shapes(f"{prefix}-{uuid.uuid4().hex}", int(time.time()), service.limits.model_name,
+                    chat, lambda t: tok.decode([t]))
+    gen = Generation(service, shapes, prompts, params, req.include_usage)
+    gen.submit()
+    if req.stream:
+        return StreamingResponse(gen.events(), media_type="text/event-stream")
+    return await gen.collect(request)

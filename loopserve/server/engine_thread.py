@@ -24,32 +24,14 @@ from typing import Any
 from engine.core.config import EngineConfig
 from engine.core.engine_core import EngineCore
 from engine.core.records import RunRecorder, RunRecords
-from engine.core.request import SamplingParams
-from engine.core.results import TokenEvent
 from engine.core.run_loop import StepLoop, stall_message
+from engine.output_processor import OutputProcessor, TextTokenizer
+from engine.parallel_sampling import HeldSamples
 from engine.runner import ModelRunner
 from loopserve.server.metrics import ServerMetrics
+from loopserve.server.submission import Failure, Item, Submission
 
 log = logging.getLogger("loopserve.server")
-
-
-@dataclass(frozen=True, slots=True)
-class Failure:
-    """Delivered instead of tokens when a request fails in the engine."""
-
-    message: str
-
-
-Item = TokenEvent | Failure
-
-
-@dataclass(slots=True)
-class Submission:
-    request_id: str
-    prompt_token_ids: list[int]
-    params: SamplingParams
-    accepted_perf: float  # time.perf_counter() when the HTTP side accepted it
-    sink: asyncio.Queue[list[Item]]
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,8 +53,11 @@ class EngineThread:
     must not do."""
 
     def __init__(self, cfg: EngineConfig, runner: ModelRunner,
-                 metrics: ServerMetrics | None = None, *, record: bool = False) -> None:
+                 metrics: ServerMetrics | None = None, *, record: bool = False,
+                 tokenizer: TextTokenizer | None = None) -> None:
         self.core = EngineCore(cfg)
+        self.outputs = OutputProcessor(self.core, tokenizer)  # text and stop strings
+        self._held: HeldSamples[Submission] = HeldSamples()
         runner.bind(self.core)
         self.runner = runner
         self.metrics = metrics
@@ -168,7 +153,10 @@ class EngineThread:
                 self._send(out)
                 return False
             if isinstance(cmd, _Abort):
-                if self._sinks.pop(cmd.request_id, None) is not None:
+                self.outputs.drop(cmd.request_id)
+                if self._held.drop(cmd.request_id):
+                    self.taken += 1
+                elif self._sinks.pop(cmd.request_id, None) is not None:
                     self.core.abort(cmd.request_id)
             elif isinstance(cmd, _AbortAll):
                 self._fail_all(cmd.message)
@@ -184,12 +172,19 @@ class EngineThread:
 
     def _add(self, sub: Submission, out: list[tuple[asyncio.Queue[list[Item]], list[Item]]]
              ) -> None:
+        leader = self.core.requests.get(sub.leader) if sub.leader is not None else None
+        if (leader is not None and not leader.output_token_ids
+                and self.core.cfg.cache.enable_prefix_caching):
+            self._held.hold(leader.request_id, sub.request_id, sub)
+            return
         self.taken += 1
         arrival = max(0.0, sub.accepted_perf - self._t0)
         try:
+            self.outputs.add(sub.request_id, sub.params)
             self.core.add_request(sub.request_id, sub.prompt_token_ids, sub.params, arrival)
         except ValueError as err:  # the HTTP side validates first; this is the backstop
-            out.append((sub.sink, [Failure(str(err))]))
+            self.outputs.drop(sub.request_id)
+            out.append((sub.sink, [Failure(str(err), sub.request_id)]))
             return
         self._sinks[sub.request_id] = (sub.sink, arrival)
 
@@ -214,11 +209,12 @@ class EngineThread:
         out: dict[str, list[Item]] = {}
         ttfts: list[float] = []
         itls: list[float] = []
-        for ev in events:
+        for delta in self.outputs.process(events):
+            ev = delta.event
             entry = self._sinks.get(ev.request_id)
             if entry is None:
                 continue
-            out.setdefault(ev.request_id, []).append(ev)
+            out.setdefault(ev.request_id, []).append(delta)
             last = self._last_token.get(ev.request_id)
             if last is None:
                 ttfts.append(ev.time_s - entry[1])
@@ -226,32 +222,40 @@ class EngineThread:
                 itls.append(ev.time_s - last)
             self._last_token[ev.request_id] = ev.time_s
         sends = [(self._sinks[rid][0], items) for rid, items in out.items()]
-        self._finish(sends)
+        finished_ids = self._finish(sends)
+        for sub in self._held.release(events, finished_ids):
+            self._add(sub, sends)
         if self.metrics is not None:
             self.metrics.step(batch.num_core_calls, batch.is_mixed, len(events))
             self.metrics.token_gaps(ttfts, itls)
         self._send(sends)
         self._publish()
 
-    def _finish(self, sends: list[tuple[asyncio.Queue[list[Item]], list[Item]]]) -> None:
+    def _finish(self, sends: list[tuple[asyncio.Queue[list[Item]], list[Item]]]) -> list[str]:
+        """Account for the requests finished since the last call; their ids."""
         finished = self.step_loop.take_finished()
         if not finished:
-            return
+            return []
         if self.recorder is not None:
             self.recorder.finished(finished)
         for req in finished:
             self._last_token.pop(req.request_id, None)
+            self.outputs.finish(req.request_id)
             entry = self._sinks.pop(req.request_id, None)
             if entry is not None and req.finish_reason == "error":
-                sends.append((entry[0], [Failure(req.error or "engine error")]))
+                sends.append((entry[0], [Failure(req.error or "engine error", req.request_id)]))
             if self.metrics is not None:
                 self.metrics.finish(req)
+        return [req.request_id for req in finished]
 
     def _fail_all(self, message: str) -> None:
         for rid in list(self.core.requests):
             self.core.abort(rid)
-        failure: list[Item] = [Failure(message)]
-        sends = [(sink, failure) for sink, _ in self._sinks.values()]
+        held = self._held.release((), list(self._held.leaders()))
+        self.taken += len(held)
+        sends: list[tuple[asyncio.Queue[list[Item]], list[Item]]] = [
+            (sink, [Failure(message, rid)]) for rid, (sink, _) in self._sinks.items()]
+        sends += [(sub.sink, [Failure(message, sub.request_id)]) for sub in held]
         self._sinks.clear()
         self._finish([])
         self._send(sends)

@@ -8,11 +8,12 @@ runner threads, dtype and attention backend); without one, the engine's defaults
 from __future__ import annotations
 
 import asyncio
+import errno
 import gc
 import signal
 import socket
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -20,10 +21,12 @@ import uvicorn
 
 from engine.core.config import EngineConfig
 from loopserve.errors import UserError
-from loopserve.server.app import Service, build_app
+from loopserve.server.app import build_app
+from loopserve.server.chat_template import ChatTemplateError, load_chat_template
 from loopserve.server.engine_thread import EngineThread
 from loopserve.server.metrics import ServerMetrics
-from loopserve.server.protocol import Limits
+from loopserve.server.params import Limits
+from loopserve.server.service import Service
 from loopserve.server.tokenizer import load_tokenizer
 
 
@@ -40,6 +43,8 @@ class ServeOptions:
     num_blocks: int | None = None
     enable_prefix_caching: bool = False  # vLLM's flag; with a scenario, overrides its cache
     record: bool = False  # keep the engine's records (benchmarks)
+    chat_template: str | None = None  # a jinja2 file overriding the checkpoint's template
+    api_key: str | None = field(default=None, repr=False)  # required on /v1/* when set
 
 
 def _from_scenario(opts: ServeOptions) -> tuple[EngineConfig, Any, Any]:
@@ -94,6 +99,17 @@ def build_service(opts: ServeOptions) -> Service:
     """The model, its engine thread (not started) and the HTTP-side state."""
     if opts.max_waiting < 1:
         raise UserError("--max-waiting", f"must be >= 1, got {opts.max_waiting}")
+    if opts.device == "cuda":
+        from loopserve.targets.real import check_device
+
+        check_device("cuda", "--device")
+    if opts.api_key is not None and not opts.api_key.strip():
+        raise UserError("--api-key", "empty; give a key or leave it unset")
+    try:
+        template = load_chat_template(opts.model, opts.chat_template)
+    except ChatTemplateError as err:
+        field_name = "--chat-template" if opts.chat_template else "--model"
+        raise UserError(field_name, str(err)) from None
     cfg, model, runner = (_from_scenario if opts.scenario else _from_defaults)(opts)
     try:
         tokenizer = load_tokenizer(opts.model, cfg.model.vocab_size)
@@ -101,9 +117,10 @@ def build_service(opts: ServeOptions) -> Service:
         raise UserError.from_value_error(err, "--model") from None
     name = opts.served_model_name or opts.model
     metrics = ServerMetrics(name, cfg.cache.num_blocks)
-    engine = EngineThread(cfg, runner, metrics, record=opts.record)
+    engine = EngineThread(cfg, runner, metrics, record=opts.record, tokenizer=tokenizer)
     limits = Limits(name, cfg, int(model.config.max_position_embeddings))
-    return Service(engine, tokenizer, limits, metrics, opts.max_waiting)
+    return Service(engine, tokenizer, limits, metrics, opts.max_waiting, template,
+                   opts.api_key)
 
 
 class _Server(uvicorn.Server):
@@ -138,14 +155,22 @@ class _Server(uvicorn.Server):
 
 
 def bind(host: str, port: int) -> socket.socket:
-    """A listening-ready TCP socket (port 0: an ephemeral port)."""
+    """A listening-ready TCP socket (port 0: an ephemeral port). The error names --host
+    when the address does not resolve or is not this machine's, else --port."""
+    if not 0 <= port <= 65535:
+        raise UserError("--port", f"must be in 1-65535, got {port}")
     try:
         info = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0]
-        sock = socket.socket(info[0], socket.SOCK_STREAM)
+    except (OSError, UnicodeError) as err:
+        raise UserError("--host", f"cannot resolve {host!r} ({err})") from None
+    sock = socket.socket(info[0], socket.SOCK_STREAM)
+    try:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         sock.bind(info[4])
     except OSError as err:
-        raise UserError("--port", f"cannot bind {host}:{port} ({err.strerror or err})") from None
+        sock.close()
+        flag = "--host" if err.errno == errno.EADDRNOTAVAIL else "--port"
+        raise UserError(flag, f"cannot bind {host}:{port} ({err.strerror or err})") from None
     return sock
 
 

@@ -21,11 +21,7 @@ from typing import Protocol
 from tokenizers import Tokenizer as HFTokenizerImpl
 from tokenizers.decoders import DecodeStream
 
-
-class TokenDecoder(Protocol):
-    """Incremental detokenizer of one request: the text each new token adds."""
-
-    def step(self, token_id: int) -> str: ...
+from engine.text_stream import TokenDecoder
 
 
 class Tokenizer(Protocol):

@@ -25,10 +25,12 @@ from loopserve.schema.scenario import Scenario
 from loopserve.targets.base import RunSpec
 
 
-def check_device(target: str) -> None:
-    """Raise a UserError when ``target`` is cuda and this machine has no CUDA device."""
+def check_device(target: str, flag: str = "--target") -> None:
+    """Raise a UserError naming ``flag`` when ``target`` is cuda and this machine has no
+    CUDA device."""
     if target == "cuda" and not torch.cuda.is_available():
-        raise UserError("--target", "cuda: no CUDA device on this machine; use cpu or sim")
+        fix = "use cpu or sim" if flag == "--target" else "use --device cpu"
+        raise UserError(flag, f"cuda: no CUDA device on this machine; {fix}")
 
 
 def device_free(target: str) -> int | None:

@@ -17,7 +17,7 @@ from openai import AsyncOpenAI, OpenAI
 from engine.core.request import SamplingParams
 from engine.llm import LLM
 from tests.reference import fixtures  # noqa: F401 - one torch thread, as the other engine tests
-from tests.server_helpers import Running, running_server
+from tests.server_helpers import Running, running_server, server_log
 
 
 @pytest.fixture(scope="module")
@@ -162,17 +162,26 @@ BAD = [
     ({"prompt": [1, "a"]}, "prompt"),
     ({"prompt": [999]}, "prompt"),
     ({"prompt": ""}, "prompt"),
-    ({"prompt": ["a", "b"]}, "prompt"),
+    ({"prompt": ["a", [1, 2]]}, "prompt"),
+    ({"prompt": ["a"] * 257}, "prompt"),
     ({"prompt": "x", "max_tokens": -3}, "max_tokens"),
     ({"prompt": "x", "max_tokens": 0}, "max_tokens"),
     ({"prompt": "x", "temperature": 2.5}, "temperature"),
     ({"prompt": "x", "temperature": -1}, "temperature"),
     ({"prompt": "x", "top_p": 0}, "top_p"),
     ({"prompt": "x", "stream": "yes"}, "stream"),
-    ({"prompt": "x", "n": 2}, "n"),
+    ({"prompt": "x", "n": 0}, "n"),
+    ({"prompt": "x", "n": 65}, "n"),
     ({"prompt": "x", "best_of": 3}, "best_of"),
     ({"prompt": "x", "echo": True}, "echo"),
-    ({"prompt": "x", "logprobs": 1}, "logprobs"),
+    ({"prompt": "x", "logprobs": 21}, "logprobs"),
+    ({"prompt": "x", "logprobs": -1}, "logprobs"),
+    ({"prompt": "x", "presence_penalty": 2.5}, "presence_penalty"),
+    ({"prompt": "x", "frequency_penalty": -3}, "frequency_penalty"),
+    ({"prompt": "x", "repetition_penalty": 0}, "repetition_penalty"),
+    ({"prompt": "x", "min_tokens": 20, "max_tokens": 5}, "min_tokens"),
+    ({"prompt": "x", "min_tokens": -1}, "min_tokens"),
+    ({"prompt": "x", "stop_token_ids": ["a"]}, "stop_token_ids"),
     ({"prompt": "x", "stream_options": {"include_usage": True}}, "stream_options"),
     ({"prompt": "x", "stream": True, "stream_options": {"include_usage": 1}},
      "stream_options.include_usage"),
@@ -197,11 +206,22 @@ def test_bad_request_is_a_400_naming_the_field(srv: Running, body: dict, param: 
     assert err["message"].startswith(param + ":"), err["message"]
 
 
-@pytest.mark.parametrize("raw", [b"{bad", b"[1, 2]", b"\xff\xfe"])
-def test_malformed_body_is_a_400(srv: Running, raw: bytes) -> None:
-    r = httpx2.post(srv.url + "/v1/completions", content=raw, timeout=10)
-    assert r.status_code == 400
-    assert r.json()["error"]["param"] is None
+@pytest.mark.parametrize("route", ["/v1/completions", "/v1/chat/completions"])
+@pytest.mark.parametrize(("raw", "param"), [
+    (b"{bad", None), (b"[1, 2]", None), (b"\xff\xfe", None), (b"", None),
+    (b"[" * 100_000 + b"]" * 100_000, None),  # deeper than the JSON parser recurses
+    (b'{"prompt": "\\ud800", "messages": [{"role": "user", "content": "\\ud800"}]}',
+     "prompt|messages"),  # a lone surrogate: valid JSON, not encodable text
+    (b'{"prompt": "x", "messages": "hi", "max_tokens": 1e400}', "max_tokens|messages"),
+])
+def test_malformed_body_is_a_400(srv: Running, raw: bytes, param: str | None,
+                                 route: str) -> None:
+    with server_log() as records:
+        r = httpx2.post(srv.url + route, content=raw, timeout=10)
+    assert r.status_code == 400, r.text
+    got = r.json()["error"]["param"]
+    assert got == param if param is None else got in param.split("|")
+    assert not [rec for rec in records if rec.exc_info], "a client's mistake logged a traceback"
 
 
 def test_prompt_longer_than_the_cache_is_a_400(small: Running) -> None:

@@ -13,7 +13,7 @@ from engine.core.request import SamplingParams
 from engine.llm import LLM
 from engine.model.build import build_model
 from engine.model.loader import save_checkpoint
-from loopserve.server.text import TextStream
+from engine.text_stream import TextStream
 from loopserve.server.tokenizer import ByteTokenizer, HFTokenizer, load_tokenizer
 from tests.server_helpers import running_server
 
