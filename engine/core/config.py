@@ -208,6 +208,10 @@ class SchedulerConfig:
     # RFC open question 6: "reject" a config failing the mixed guard, or "derive" an effective
     # chunk min(prefill_chunk_size, max_num_batched_tokens - max_num_seqs + 1).
     chunk_policy: Literal["reject", "derive"] = "reject"
+    # RFC §4: skip the exit-signal readback when no decode item needs a signal. Off: a decode
+    # step under ouro, ouro_delayed or random_lookahead reads its signal back on every loop,
+    # threshold 1.0 included, as the engine the RFC starts from does (its A0).
+    readback_skip: bool = True
     async_scheduling: bool = False
     cuda_graphs: bool = False
     speculative_decoding: bool = False

@@ -204,6 +204,7 @@ class Scheduler:
         count = min(self.sched.max_num_seqs, budget, len(queue))
         items: list[ScheduledItem] = []
         incremental = self.cfg.cache.incremental_allocation
+        read_always = not self.sched.readback_skip
         decode = ItemKind.DECODE
         for req in queue[:count]:
             depth = req.loops_done
@@ -213,7 +214,8 @@ class Scheduler:
             assert decider is not None
             items.append(ScheduledItem(
                 req.request_id, req.generation, decode, req.position, 1, depth, 1,
-                decider.needs_signal(depth), signal_head=decider.signal_head,
+                decider.needs_signal(depth) or (read_always and decider.computes_signal),
+                signal_head=decider.signal_head,
             ))
         del queue[:count]
         return items

@@ -7,6 +7,9 @@
 - percentiles by numpy's default linear interpolation, reported in milliseconds as
   ``{mean, p50, p90, p99, max}`` (all None when a metric has no sample);
 - output_tok_s = output tokens / (last finish - first arrival);
+- num_readbacks: device-to-host readbacks over all steps (the steps table's column: what a
+  runner did, RFC §4's count in simulation; ``scheduler.readback_skip`` off adds one per
+  decode loop under a signal mode);
 - prompt_token_loops_s = prompt tokens x D / the same span (prompt work done, in token-loops;
   with prefix caching it counts cached tokens too, as prompt work served);
 - with ``cache.enable_prefix_caching`` only (so other runs' rows stay as they were): vLLM's
@@ -61,6 +64,7 @@ class Metrics(TypedDict):
     num_requests: int
     num_core_calls: int
     num_mixed_core_calls: int
+    num_readbacks: int
     prefix_cache_queried_tokens: NotRequired[int]
     prefix_cache_hit_tokens: NotRequired[int]
     prefix_cache_hit_rate: NotRequired[float | None]
@@ -128,6 +132,7 @@ def summarize(records: RunRecords, num_depths: int | None = None) -> Metrics:
         "num_requests": len(reqs),
         "num_core_calls": records.num_core_calls,
         "num_mixed_core_calls": records.num_mixed_core_calls,
+        "num_readbacks": int(sum(records.steps.num_readbacks)),
     }
     pc = records.prefix_cache
     if pc is not None:
