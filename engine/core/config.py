@@ -206,7 +206,7 @@ class SchedulerConfig:
     # in one step (mixed arm only).
     prompt_shortcut: bool = False
     # RFC open question 6: "reject" a config failing the mixed guard, or "derive" an effective
-    # chunk min(prefill_chunk_size, max_num_batched_tokens - max_num_seqs + 1).
+    # chunk min(prefill_chunk_size, max_num_batched_tokens - max_num_seqs + 1), in every arm.
     chunk_policy: Literal["reject", "derive"] = "reject"
     # RFC §4: skip the exit-signal readback when no decode item needs a signal. Off: a decode
     # step under ouro, ouro_delayed or random_lookahead reads its signal back on every loop,
@@ -259,7 +259,11 @@ class SchedulerConfig:
             self.max_num_seqs,
             self.max_num_batched_tokens,
         )
+        derivable = self.chunk_policy == "derive" and budget - seqs + 1 >= 1
         if self.arm != "mixed":
+            # derive: the chunk the mixed arm would run, so every arm runs the same one
+            if derivable and chunk + seqs - 1 > budget:
+                return budget - seqs + 1
             if chunk > budget:
                 raise ValueError(
                     f"scheduler.prefill_chunk_size: {chunk} exceeds max_num_batched_tokens "
@@ -268,7 +272,7 @@ class SchedulerConfig:
             return chunk
         if chunk + seqs - 1 <= budget:
             return chunk
-        if self.chunk_policy == "derive" and budget - seqs + 1 >= 1:
+        if derivable:
             return budget - seqs + 1
         raise ValueError(
             f"scheduler.max_num_batched_tokens: the mixed arm needs prefill_chunk_size + "

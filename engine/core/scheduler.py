@@ -257,7 +257,7 @@ class Scheduler:
             if budget <= 0:
                 break
             start = req.num_prefilled_tokens
-            count = min(self.sched.prefill_chunk_size, req.num_prompt_tokens - start, budget)
+            count = min(self.sched.effective_chunk_size, req.num_prompt_tokens - start, budget)
             budget -= count
             self._grow(req, start + count)
             items.append(

@@ -78,6 +78,17 @@ def readback_note(run: RunData) -> str:
     return esc("; ".join(parts))
 
 
+def unequal_note(run: RunData) -> str:
+    """The report's flag for arms that ran unequal budget, max_num_seqs or chunk
+    (``allow_unequal_arms``), from env.json's ``unequal_arms``; "" when they were equal."""
+    diffs = (run.env or {}).get("unequal_arms") or {}
+    if not diffs:
+        return ""
+    text = "; ".join(f"point {p}: {', '.join(d)}" for p, d in diffs.items())
+    return (f'<li><span class="bad">UNEQUAL ARMS</span> {esc(run.label)} '
+            f"(allow_unequal_arms, not the RFC §6 comparison): {esc(text)}</li>")
+
+
 def medians_section(runs: Sequence[RunData]) -> str:
     multi = len(runs) > 1
     head = (["run"] if multi else []) + ["arm", "validity"] + [m[2] for m in METRICS] + [
@@ -97,7 +108,7 @@ def medians_section(runs: Sequence[RunData]) -> str:
         f"{run.scenario.get('repeats', 1)} repeat(s); in brackets the spread "
         f"({esc(run.summary.get('spread_method') or 'none in this summary.json')}), shown "
         "where repeats differ</li>" for run in runs) + "".join(
-        f"<li>{esc(run.label)}: {readback_note(run)}</li>" for run in runs)
+        f"<li>{esc(run.label)}: {readback_note(run)}</li>{unequal_note(run)}" for run in runs)
     return ("<h2>Per-arm medians</h2>" + table(head, rows, left=3 if multi else 2)
             + f'<ul class="note">{notes}</ul>')
 
