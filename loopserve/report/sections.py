@@ -7,11 +7,18 @@ from collections.abc import Sequence
 from typing import Any, cast
 
 from loopserve.outputs.rundata import RunData
-from loopserve.report.compare import METRICS, arm_ratios, field_verdicts, verdict_sentences
+from loopserve.report.compare import (
+    DESCRIPTIVE,
+    METRICS,
+    arm_ratios,
+    field_verdicts,
+    verdict_sentences,
+)
 from loopserve.report.markup import esc, num, table
 from loopserve.report.prefix import HEAD as PREFIX_HEAD
 from loopserve.report.prefix import prefix_cache_rows
 from loopserve.runs.metrics import metric
+from loopserve.runs.population import itl_key
 from loopserve.runs.summary import MedianRow
 
 
@@ -26,7 +33,7 @@ def _slo_cell(m: MedianRow, slo: dict[str, Any] | None) -> str:
         return "–"
     checks = []
     if slo.get("itl_p99_ms"):
-        v = metric(m, "itl_ms", "p99")
+        v = metric(m, itl_key(m), "p99")  # the decode population's under injection
         checks.append(v is not None and v <= slo["itl_p99_ms"])
     if slo.get("ttft_p99_ms"):
         v = metric(m, "ttft_ms", "p99")
@@ -91,14 +98,14 @@ def unequal_note(run: RunData) -> str:
 
 def medians_section(runs: Sequence[RunData]) -> str:
     multi = len(runs) > 1
-    head = (["run"] if multi else []) + ["arm", "validity"] + [m[2] for m in METRICS] + [
+    head = (["run"] if multi else []) + ["arm", "validity"] + [m[2] for m in METRICS + DESCRIPTIVE] + [
         "core calls", "mixed calls", "readbacks", "SLO"]
     rows = []
     for run in runs:
         slo = run.scenario.get("slo")
         for m in run.medians():
             cells = ([esc(run.label)] if multi else []) + [esc(m["arm"]), _valid_cell(m)]
-            cells += [_with_spread(m, k, s) for k, s, _, _ in METRICS]
+            cells += [_with_spread(m, k, s) for k, s, _, _ in METRICS + DESCRIPTIVE]
             cells += [num(m.get("num_core_calls"), 8), num(m.get("num_mixed_core_calls"), 8),
                       num(m.get("num_readbacks"), 8), _slo_cell(m, slo)]
             rows.append(cells)

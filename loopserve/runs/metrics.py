@@ -16,7 +16,8 @@
   prefix-cache terms, prompt tokens queried at admission and hit (served from the cache),
   their ratio, and the physical blocks (over all planes) evicted to make room.
 
-Only finished requests (the rows of ``RunRecords.requests``) count.
+Only finished requests (the rows of ``RunRecords.requests``) count. The decode population's
+own ITL/TPOT and the prompt-progress metrics of RFC §6 come from ``loopserve.runs.population``.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ import pandas as pd  # type: ignore[import-untyped]
 
 from engine.core.records import RunRecords
 from engine.core.results import TokenEvent
+from loopserve.runs.population import population_metrics
 
 STEP_COLUMNS: tuple[str, ...] = (
     "step", "start_s", "end_s", "stage", "core_calls", "num_decode_items", "num_prompt_items",
@@ -65,6 +67,12 @@ class Metrics(TypedDict):
     num_core_calls: int
     num_mixed_core_calls: int
     num_readbacks: int
+    prompt_depths_per_step: dict[str, float | None]
+    prompt_token_loops_per_decode_gap: dict[str, float | None]
+    decode_itl_ms: NotRequired[Distribution]
+    decode_tpot_ms: NotRequired[Distribution]
+    injected_itl_ms: NotRequired[Distribution]
+    injected_tpot_ms: NotRequired[Distribution]
     prefix_cache_queried_tokens: NotRequired[int]
     prefix_cache_hit_tokens: NotRequired[int]
     prefix_cache_hit_rate: NotRequired[float | None]
@@ -133,6 +141,7 @@ def summarize(records: RunRecords, num_depths: int | None = None) -> Metrics:
         "num_core_calls": records.num_core_calls,
         "num_mixed_core_calls": records.num_mixed_core_calls,
         "num_readbacks": int(sum(records.steps.num_readbacks)),
+        **population_metrics(records),  # type: ignore[typeddict-item]
     }
     pc = records.prefix_cache
     if pc is not None:
