@@ -29,6 +29,11 @@ EXIT_MODES: tuple[str, ...] = (
 )
 
 
+# The product default arm (RFC §2's mixed batching), used by SchedulerConfig, LLM(...),
+# make_engine_config, ServeOptions and `loopserve serve --arm`; scenarios list their arms.
+DEFAULT_ARM: Arm = "mixed"
+
+
 def resolve_arm(name: str) -> Arm:
     """Map an arm name or alias (A0/A1/A2, any case) to its canonical name."""
     arm = ARM_ALIASES.get(str(name).lower())
@@ -193,7 +198,7 @@ NOT_OFFERED: frozenset[str] = frozenset(MIXED_REJECTIONS)  # not implemented in 
 class SchedulerConfig:
     """Scheduling limits and the arm. Validated against the guard when built."""
 
-    arm: str = "atomic"
+    arm: str = DEFAULT_ARM
     max_num_seqs: int = 8
     max_num_batched_tokens: int = 256
     prefill_chunk_size: int = 128
