@@ -72,9 +72,10 @@ def plan_runs(scn: Scenario, target: str) -> Plan:
     plan = Plan(scn, target, shape, points, [], ref)
     footprint.check_sources(scn, points, shape)  # before any source is built
     configs: dict[tuple[int, str], EngineConfig] = {}
+    lifetimes: dict[int, int] = {}
     for point in points:
         context = f"sweep point {point.point_id}: {point.label}" if scn.is_sweep else ""
-        bound = _lifetime_bound(point.scenario, shape)
+        bound = lifetimes[point.point_id] = _lifetime_bound(point.scenario, shape)
         for arm in scn.arms:
             configs[point.point_id, arm] = engine_config(
                 point.scenario, arm, shape, bound, context
@@ -96,7 +97,8 @@ def plan_runs(scn: Scenario, target: str) -> Plan:
     dtype = scn.runner.dtype or ("float32" if target == "cpu" else "bfloat16")
     footprint.check_plan(scn, configs, target=target,
                          dtype_bytes=4 if dtype == "float32" else 2,
-                         device_free=device_free(target) if target != "sim" else None)
+                         device_free=device_free(target) if target != "sim" else None,
+                         lifetimes=lifetimes)
     for point in points:
         for repeat in range(scn.repeats):
             for arm in scn.arms:
