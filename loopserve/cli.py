@@ -1,5 +1,6 @@
 """The ``loopserve`` command: parse the arguments and dispatch to the subcommand
-(``loopserve.commands``: run | sweep | capacity | report | calibrate | exit-profile | fidelity | serve;
+(``loopserve.commands``: run | sweep | capacity | report | calibrate | exit-profile | fidelity | serve
+| profile;
 DESIGN.md §12).
 
 Bad input of any kind prints ``loopserve: error: <field>: <message>`` on one line and exits 2
@@ -21,6 +22,7 @@ from loopserve.commands import (
     e2e,
     exit_profile,
     fidelity,
+    profile,
     report,
     run,
     serve,
@@ -45,7 +47,8 @@ def build_parser() -> argparse.ArgumentParser:
         description="Serving engine and simulator for looped language models.",
     )
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    for command in (run, capacity, report, calibrate, exit_profile, fidelity, serve, bench_serve, e2e):
+    for command in (run, capacity, report, calibrate, exit_profile, fidelity, serve, bench_serve, e2e,
+                    profile):
         command.add_parser(sub)
     return p
 
