@@ -6,7 +6,8 @@ Each arm runs the scenario's reference point (repeat 0's workload) untimed on th
 under ``torch.profiler``; every step is marked (``loopserve.step.<kind>``), so the sync sites
 (``loopserve.runs.sync_profile``) are counted per step, per stage kind and per generated
 token, with their wait times, beside the runner's own readback count over the same steps.
-``--steps N`` profiles the first N steps of each arm (the run then finishes unprofiled).
+``--steps N`` profiles the first N steps of each arm and ends it there. On CUDA every
+profiled step also runs under ``torch.cuda.set_sync_debug_mode("warn")`` (``sync_debug``).
 Writes ``profile.json`` (per arm ``profiler_syncs``, ``runner_readbacks``, ``per_kind``,
 ``per_step``, ``sites``) and ``trace-<arm>.json`` (Chrome trace) under
 ``results/<name>/profile-<target>-<id>/`` or ``--out``; exits 1 with one line per
@@ -37,52 +38,69 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     p.add_argument("--target", default="cpu", choices=("cpu", "cuda"),
                    help="real engine to profile (default cpu)")
     p.add_argument("--steps", default=None,
-                   help="profile only the first N steps of each arm (default: all)")
+                   help="profile the first N steps of each arm, then end it (default: all)")
     add_scenario_flags(p, "folder for profile.json and the traces (default "
                        "results/<name>/profile-...)")
     p.set_defaults(handler=main)
 
 
+class _Enough(BaseException):
+    """Ends an arm's run after its profiled steps (a BaseException: the realtime loop turns
+    an Exception from ``execute`` into a failed batch)."""
+
+
 def profile_arm(cfg: Any, source: Any, runner: Any, max_steps: int, trace: Path,
                 cuda: bool) -> dict[str, Any]:
-    """Run ``source`` on ``runner`` under the profiler; profile.json's entry of the arm."""
+    """Run ``source`` on ``runner`` under the profiler for at most ``max_steps`` steps;
+    profile.json's entry of the arm. On CUDA each step also runs under
+    ``torch.cuda.set_sync_debug_mode("warn")``, whose warnings are counted per step
+    (``sync_debug``: an extra detector that does not see every sync)."""
+    import warnings
+
     import torch
-    from torch.profiler import ProfilerActivity, profile, record_function, schedule
+    from torch.profiler import ProfilerActivity, profile, record_function
 
     from engine.core.request import Stage
     from engine.core.results import step_kind
     from engine.realtime import run_realtime
 
     infos: list[StepInfo] = []
-    captured: dict[str, Any] = {}
-
-    def ready(prof: Any) -> None:
-        captured["events"] = list(prof.events())
-        prof.export_chrome_trace(str(trace))
-
+    debug: list[int] = []
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
     inner = runner.execute
-    with profile(activities=activities, record_shapes=True,  # dtypes tell copies apart
-                 schedule=schedule(wait=0, warmup=0, active=max_steps, repeat=1),
-                 on_trace_ready=ready) as prof:
-        def execute(batch: Any) -> Any:
-            if len(infos) >= max_steps:
-                return inner(batch)
-            kind = step_kind(batch)
-            with record_function(f"loopserve.step.{kind}"):
-                result = inner(batch)
-            tokens = len(batch.items) if batch.stage is Stage.CODA else 0
-            infos.append(StepInfo(batch.step, kind, tokens, runner.readbacks.last_step))
-            prof.step()
-            return result
 
-        runner.execute = execute
-        with torch.inference_mode():
-            run_realtime(cfg, source, runner)
-    if "events" not in captured:
-        raise RuntimeError("profile: the profiler produced no trace")
-    outside = assign(infos, captured["events"], cuda)
-    return {**arm_summary(infos, outside), "trace": trace.name}
+    def execute(batch: Any) -> Any:
+        if len(infos) >= max_steps:
+            raise _Enough
+        kind = step_kind(batch)
+        with record_function(f"loopserve.step.{kind}"), warnings.catch_warnings(
+                record=True) as seen:
+            warnings.simplefilter("always")
+            if cuda:
+                torch.cuda.set_sync_debug_mode("warn")
+            try:
+                result = inner(batch)
+            finally:
+                if cuda:
+                    torch.cuda.set_sync_debug_mode("default")
+        debug.append(sum("synchroniz" in str(w.message) for w in seen))
+        tokens = len(batch.items) if batch.stage is Stage.CODA else 0
+        infos.append(StepInfo(batch.step, kind, tokens, runner.readbacks.last_step))
+        return result
+
+    runner.execute = execute
+    with profile(activities=activities, record_shapes=True) as prof:  # dtypes tell copies apart
+        try:
+            with torch.inference_mode():
+                run_realtime(cfg, source, runner)
+        except _Enough:
+            pass
+    prof.export_chrome_trace(str(trace))
+    outside = assign(infos, prof.events(), cuda)
+    summary = arm_summary(infos, outside)
+    if cuda:
+        summary["sync_debug"] = {"syncs": sum(debug), "per_step": debug}
+    return {**summary, "trace": trace.name}
 
 
 def main(args: argparse.Namespace, argv: list[str]) -> int:

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 
 from tools.gpu.context import Check
 from tools.gpu.device_stages import ceilings, core, divergence, kernel, pytest
+from tools.gpu.profile_stage import profile
 from tools.gpu.project_stages import calibrate, fidelity, runs
 from tools.gpu.setup_stages import env, install_wheels
 
@@ -38,6 +39,7 @@ STAGES = (
     StageSpec("pytest", 120, 90, 20),
     StageSpec("core", 90, 60, 20),
     StageSpec("runs", 240, 120, 60),
+    StageSpec("profile", 150, 60, 15),
     StageSpec("divergence", 120, 45, 20),
     StageSpec("calibrate", 160, 80, 20),
     # Needs the calibrate stage's profile, and its own budget on a GPU: a second call,
@@ -47,6 +49,6 @@ STAGES = (
 
 RUNNERS: dict[str, Callable[[Check, float], str]] = {
     "wheels": install_wheels, "env": env, "ceilings": ceilings, "kernel": kernel,
-    "pytest": pytest, "core": core, "runs": runs, "divergence": divergence,
+    "pytest": pytest, "core": core, "runs": runs, "profile": profile, "divergence": divergence,
     "calibrate": calibrate, "fidelity": fidelity,
 }
