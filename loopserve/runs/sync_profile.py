@@ -10,9 +10,9 @@ from pinned memory have none), and those runtime calls on their own when no oper
 them. On the CPU, where nothing waits, the sites are where a value moves to the host:
 ``.item()``, and a dtype-keeping ``aten::_to_copy`` called from Python (a readback copies,
 ``engine.readback``); the copies operators make of wrapped scalars and dtype conversions
-are not sites, and neither is a ``.tolist()`` or a no-copy ``.cpu()``, which make no event. A site's wait time
-is its event's duration. The runner counts its own readbacks (``engine.readback``); the two
-must agree, step by step.
+are not sites, and neither is a ``.tolist()`` or a no-copy ``.cpu()``, which make no
+event. A site's wait time is its event's duration. The runner counts its own readbacks
+(``engine.readback``); the two must agree, step by step.
 """
 
 from __future__ import annotations
