@@ -48,6 +48,9 @@ RUN_BYTES = 256 << 10  # what any run keeps besides (under 0.2 MiB measured)
 # whole estimate between what three such workloads hold and 4x that.
 DECODE_ROWS_PER_STEP = 4
 WRITE_FACTOR = 1.5  # writing builds the record tables beside the records
+# Device bytes the allocator holds beyond the tensors (rounding, fragmentation: glibc on the
+# CPU, the caching allocator on CUDA).
+ALLOCATOR_SLACK = 1.05
 LIMIT_ENV = "LOOPSERVE_MEMORY_LIMIT"
 
 
@@ -186,8 +189,9 @@ def device_bytes(cfg: EngineConfig, dtype_bytes: int, max_context: int | None = 
         attn + 3 * m.hidden_size * m.intermediate_size)
     if max_context is None:
         max_context = c.num_blocks * c.block_size // c.num_planes(m.num_depths)
-    return (kv + states + weights) * dtype_bytes + step_bytes(cfg, dtype_bytes, max_context,
-                                                              attention)
+    total = (kv + states + weights) * dtype_bytes + step_bytes(cfg, dtype_bytes, max_context,
+                                                               attention)
+    return math.ceil(total * ALLOCATOR_SLACK)
 
 
 def step_bytes(cfg: EngineConfig, dtype_bytes: int, max_context: int, attention: str) -> int:
