@@ -15,7 +15,13 @@ from typing import Any
 
 import torch
 
-from engine.core.config import CacheConfig, EngineConfig, ExitConfig, SchedulerConfig
+from engine.core.config import (
+    DEFAULT_ARM,
+    CacheConfig,
+    EngineConfig,
+    ExitConfig,
+    SchedulerConfig,
+)
 from engine.core.engine_core import EngineCore
 from engine.core.request import Request, SamplingParams, TokenLogprobs
 from engine.core.results import TokenEvent
@@ -77,7 +83,7 @@ class RequestOutput:
 
 
 def make_engine_config(
-    model: OuroForCausalLM, *, arm: str = "mixed", exit: ExitConfig | None = None, **kwargs: Any
+    model: OuroForCausalLM, *, arm: str = DEFAULT_ARM, exit: ExitConfig | None = None, **kwargs: Any
 ) -> EngineConfig:
     """An EngineConfig for ``model``; kwargs are SchedulerConfig or CacheConfig fields."""
     unknown = set(kwargs) - _SCHED_FIELDS - _CACHE_FIELDS
@@ -138,7 +144,7 @@ class LLM:
         self,
         model: str | OuroForCausalLM = "tiny",
         *,
-        arm: str = "mixed",
+        arm: str = DEFAULT_ARM,
         device: torch.device | str = "cpu",
         dtype: torch.dtype | None = None,
         seed: int = 0,

@@ -1,6 +1,6 @@
 """The ``loopserve`` command: parse the arguments and dispatch to the subcommand
 (``loopserve.commands``: run | sweep | capacity | tune | report | calibrate | exit-profile |
-fidelity | serve | bench | e2e; docs/design.md).
+fidelity | serve | bench | e2e | profile; docs/design.md).
 
 Bad input of any kind prints ``loopserve: error: <field>: <message>`` on one line and exits 2
 with nothing written.

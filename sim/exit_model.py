@@ -119,8 +119,9 @@ def profile_signal_fn(seed: int, rows: Sequence[Sequence[float | None]],
     """Signals from measured rows: token (request, position) reads its own row when ``own``
     has it (measured from this very request), else the row ``request_row`` picks from
     ``prompts`` (its rows grouped by measured prompt) when given, else row ``profile_row``.
-    A regime row has no value past the depth it exited at; replayed under its own policy
-    that depth is never read, so reading one is a bug, not a modelling choice."""
+    A regime row has no value past the depth it exited at; such a depth reads NaN, which a
+    decider that needs it rejects (a policy mismatch), while a readback with
+    ``readback_skip`` off reads it without using it."""
     table = tuple(tuple(r) for r in rows)
     n = len(table)
     if n == 0:
@@ -136,10 +137,7 @@ def profile_signal_fn(seed: int, rows: Sequence[Sequence[float | None]],
             k = (request_row(seed, groups, request_id, position) if groups
                  else profile_row(seed, n, request_id, position))
         v = table[k][depth]
-        if v is None:
-            raise RuntimeError(f"exit profile: {request_id}@{position} read depth {depth} "
-                               "past its regime row's exit (policy mismatch)")
-        return v
+        return math.nan if v is None else v
 
     return signal
 

@@ -29,6 +29,11 @@ EXIT_MODES: tuple[str, ...] = (
 )
 
 
+# The product default arm (RFC §2's mixed batching), used by SchedulerConfig, LLM(...),
+# make_engine_config, ServeOptions and `loopserve serve --arm`; scenarios list their arms.
+DEFAULT_ARM: Arm = "mixed"
+
+
 def resolve_arm(name: str) -> Arm:
     """Map an arm name or alias (A0/A1/A2, any case) to its canonical name."""
     arm = ARM_ALIASES.get(str(name).lower())
@@ -195,7 +200,7 @@ NOT_OFFERED: frozenset[str] = frozenset(MIXED_REJECTIONS)  # not implemented in 
 class SchedulerConfig:
     """Scheduling limits and the arm. Validated against the guard when built."""
 
-    arm: str = "atomic"
+    arm: str = DEFAULT_ARM
     max_num_seqs: int = 8
     max_num_batched_tokens: int = 256
     prefill_chunk_size: int = 128
@@ -208,8 +213,12 @@ class SchedulerConfig:
     # in one step (mixed arm only).
     prompt_shortcut: bool = False
     # RFC open question 6: "reject" a config failing the mixed guard, or "derive" an effective
-    # chunk min(prefill_chunk_size, max_num_batched_tokens - max_num_seqs + 1).
+    # chunk min(prefill_chunk_size, max_num_batched_tokens - max_num_seqs + 1), in every arm.
     chunk_policy: Literal["reject", "derive"] = "reject"
+    # RFC §4: skip the exit-signal readback when no decode item needs a signal. Off: a decode
+    # step under ouro, ouro_delayed or random_lookahead reads its signal back on every loop,
+    # threshold 1.0 included, as the engine the RFC starts from does (its A0).
+    readback_skip: bool = True
     async_scheduling: bool = False
     cuda_graphs: bool = False
     speculative_decoding: bool = False
@@ -257,7 +266,11 @@ class SchedulerConfig:
             self.max_num_seqs,
             self.max_num_batched_tokens,
         )
+        derivable = self.chunk_policy == "derive" and budget - seqs + 1 >= 1
         if self.arm != "mixed":
+            # derive: the chunk the mixed arm would run, so every arm runs the same one
+            if derivable and chunk + seqs - 1 > budget:
+                return budget - seqs + 1
             if chunk > budget:
                 raise ValueError(
                     f"scheduler.prefill_chunk_size: {chunk} exceeds max_num_batched_tokens "
@@ -266,7 +279,7 @@ class SchedulerConfig:
             return chunk
         if chunk + seqs - 1 <= budget:
             return chunk
-        if self.chunk_policy == "derive" and budget - seqs + 1 >= 1:
+        if derivable:
             return budget - seqs + 1
         raise ValueError(
             f"scheduler.max_num_batched_tokens: the mixed arm needs prefill_chunk_size + "

@@ -9,6 +9,7 @@ never need a signal, so the simulator and the real runner see the same depths by
 from __future__ import annotations
 
 import hashlib
+import math
 import random
 from collections.abc import Sequence
 
@@ -24,6 +25,9 @@ class ExitDecider:
     """
 
     signal_head = "gate"
+    computes_signal = False
+    """Whether the mode has an exit signal to read back at all (ouro, ouro_delayed and
+    random_lookahead); with ``readback_skip`` off such a token reads it on every loop."""
 
     def start_token(self, index: int) -> None:
         """A decode token producing output ``index`` (1-based after the prompt's) enters."""
@@ -90,13 +94,17 @@ class CategoricalExit(TargetExit):
 
 
 def _require(signal: float | None, loops_done: int) -> float:
-    if signal is None:
+    # NaN marks a row nobody computed a signal for (a runner's unread row, a profile row past
+    # its exit): reading it here is a policy mismatch, never a value.
+    if signal is None or math.isnan(signal):
         raise ValueError(f"exit decider: missing gate signal after loop {loops_done}")
     return float(signal)
 
 
 class OuroExit(ExitDecider):
     """Hazard accumulation; ``delayed`` exits one loop after the threshold is crossed."""
+
+    computes_signal = True
 
     def __init__(self, threshold: float, min_loops: int, max_loops: int, delayed: bool) -> None:
         self.threshold = threshold
@@ -139,6 +147,7 @@ class LookaheadExit(ExitDecider):
     """A score read as "exit after one more loop" (random_lookahead)."""
 
     signal_head = "lookahead"
+    computes_signal = True
 
     def __init__(self, threshold: float, min_loops: int, max_loops: int) -> None:
         self.threshold = threshold

@@ -204,6 +204,7 @@ class Scheduler:
         count = min(self.sched.max_num_seqs, budget, len(queue))
         items: list[ScheduledItem] = []
         incremental = self.cfg.cache.incremental_allocation
+        read_always = not self.sched.readback_skip
         decode = ItemKind.DECODE
         for req in queue[:count]:
             depth = req.loops_done
@@ -213,7 +214,8 @@ class Scheduler:
             assert decider is not None
             items.append(ScheduledItem(
                 req.request_id, req.generation, decode, req.position, 1, depth, 1,
-                decider.needs_signal(depth), signal_head=decider.signal_head,
+                decider.needs_signal(depth) or (read_always and decider.computes_signal),
+                signal_head=decider.signal_head,
             ))
         del queue[:count]
         return items
@@ -255,7 +257,7 @@ class Scheduler:
             if budget <= 0:
                 break
             start = req.num_prefilled_tokens
-            count = min(self.sched.prefill_chunk_size, req.num_prompt_tokens - start, budget)
+            count = min(self.sched.effective_chunk_size, req.num_prompt_tokens - start, budget)
             budget -= count
             self._grow(req, start + count)
             items.append(

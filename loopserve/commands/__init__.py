@@ -26,6 +26,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "serve": ("loopserve.commands.serve", "OpenAI-compatible streaming server on the real engine"),
     "bench": ("loopserve.commands.bench_serve", "benchmarks against a running server"),
     "e2e": ("loopserve.commands.e2e", "every arm through `loopserve serve` beside the simulation"),
+    "profile": ("loopserve.commands.profile",
+                "host syncs under torch.profiler, per arm, over an untimed run (RFC §6)"),
 }
 
 

@@ -23,7 +23,7 @@ from loopserve.outputs.tables import FORMATS
 from loopserve.outputs.trace import write_trace
 from loopserve.outputs.vllm_run import ResultOptions, vllm_run_results
 from loopserve.report.page import write_run_report
-from loopserve.runs import interrupts
+from loopserve.runs import equal_arms, interrupts
 from loopserve.runs.exit_source import exit_models
 from loopserve.runs.loop import RunResult, execute
 from loopserve.runs.metrics import metric
@@ -132,7 +132,8 @@ def write_run(dest: Path, plan: Plan, runs: list[RunResult], *, argv: list[str],
     those files) renders with a large run's records freed."""
     scn = plan.scenario
     with files.staged_dir(dest) as tmp:
-        files.write_scenario(tmp / "scenario.yaml", scn)
+        files.write_scenario(tmp / "scenario.yaml", scn,
+                             header=equal_arms.scenario_comment(plan.derived_chunks))
         records.write_records(tmp, runs, scn.outputs.format,
                               tokens=scn.outputs.tokens or plan.target != "sim")
         files.write_json(tmp / "summary.json",
@@ -146,10 +147,21 @@ def write_run(dest: Path, plan: Plan, runs: list[RunResult], *, argv: list[str],
             target=plan.target, hardware=scn.hardware, run_id=dest.name, argv=argv,
             started_s=started_s, run_wall_s=timing, exit_model=exit_models(plan.exits),
             runner=plan.real.info() if plan.real is not None else None,
-            cost_model=plan.cost_model, cost_models=plan.cost_records))
+            cost_model=plan.cost_model, cost_models=plan.cost_records,
+            extra=_arm_facts(plan)))
         runs.clear()
         write_run_report([load_run(tmp, label=dest.name)], tmp, write_pngs=True)
     return dest / "report.html"
+
+
+def _arm_facts(plan: Plan) -> dict[str, object]:
+    """env.json's ``derived_chunks`` and ``unequal_arms`` (per point id), when there are any."""
+    out: dict[str, object] = {}
+    if plan.derived_chunks:
+        out["derived_chunks"] = {str(p): c for p, c in sorted(plan.derived_chunks.items())}
+    if plan.unequal_arms:
+        out["unequal_arms"] = {str(p): d for p, d in sorted(plan.unequal_arms.items())}
+    return out
 
 
 def medians_table(run_dir: Path, point_id: int, num_points: int) -> str:

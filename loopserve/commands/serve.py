@@ -15,6 +15,7 @@ import argparse
 import os
 from typing import Any
 
+from engine.core.config import DEFAULT_ARM
 from loopserve.commands import command_help
 from loopserve.commands.args import integer, number
 from loopserve.errors import UserError
@@ -25,7 +26,8 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--model", required=True, help="model preset name or checkpoint directory")
     p.add_argument("--scenario", help="scenario YAML whose scheduler/cache/exit/runner "
                    "settings the engine uses (default: the engine's defaults)")
-    p.add_argument("--arm", default="mixed", help="atomic | per_depth | mixed (default mixed)")
+    p.add_argument("--arm", default=DEFAULT_ARM,
+                   help=f"atomic | per_depth | mixed (default {DEFAULT_ARM})")
     p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
     p.add_argument("--port", default="8000", help="port (default 8000; 0 picks a free one)")
     p.add_argument("--max-waiting", default="1024",

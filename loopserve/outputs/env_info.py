@@ -84,10 +84,12 @@ def collect(
     run_wall_s: list[dict[str, Any]], runner: dict[str, Any] | None = None,
     exit_model: dict[str, Any] | None = None, cost_model: dict[str, Any] | None = None,
     cost_models: dict[int, dict[str, Any]] | None = None,
+    extra: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """The whole env.json document (``runner``: the real engine's backend and dtype;
     ``exit_model``: the simulator's exit model per point; ``cost_model``: the cost model
-    that ran, with ``cost_model_per_point`` when sweep points ran different ones)."""
+    that ran, with ``cost_model_per_point`` when sweep points ran different ones; ``extra``:
+    further facts of the run, e.g. ``derived_chunks``)."""
     doc: dict[str, Any] = {
         "run_id": run_id,
         "command": argv,
@@ -109,4 +111,5 @@ def collect(
         doc["cost_model"] = cost_model
     if cost_models and any(c != cost_model for c in cost_models.values()):
         doc["cost_model_per_point"] = {str(i): c for i, c in cost_models.items()}
+    doc.update(extra or {})
     return doc

@@ -170,7 +170,8 @@ def write_json(path: Path, obj: Any) -> None:
     path.write_text(json.dumps(obj, indent=2, allow_nan=False) + "\n")
 
 
-def write_scenario(path: Path, scn: Scenario) -> None:
-    """The resolved scenario (after --set), loadable again with ``loopserve run``."""
+def write_scenario(path: Path, scn: Scenario, header: str = "") -> None:
+    """The resolved scenario (after --set), loadable again with ``loopserve run``;
+    ``header``: comment lines above it (facts derived from it, such as a derived chunk)."""
     data = scn.model_dump(mode="json", exclude_none=True)
-    path.write_text(yaml.safe_dump(data, sort_keys=False, allow_unicode=True))
+    path.write_text(header + yaml.safe_dump(data, sort_keys=False, allow_unicode=True))

@@ -25,6 +25,19 @@ METRICS: tuple[tuple[str, str | None, str, bool], ...] = (
     ("ttft_ms", "p99", "TTFT p99 (ms)", False),
     ("output_tok_s", None, "output tok/s", True),
     ("prompt_token_loops_s", None, "prompt token-loops/s", True),
+    # RFC §6 under injected prompts: the decode population apart from the injected requests
+    ("decode_itl_ms", "p99", "decode ITL p99 (ms)", False),
+    ("decode_tpot_ms", "mean", "decode TPOT mean (ms)", False),
+    ("injected_itl_ms", "p99", "injected ITL p99 (ms)", False),
+    ("injected_tpot_ms", "mean", "injected TPOT mean (ms)", False),
+)
+# Shown in the medians table, never ranked: how prompt work is spread, not better or worse
+# (loopserve.runs.population).
+DESCRIPTIVE: tuple[tuple[str, str | None, str, bool], ...] = (
+    ("prompt_depths_per_step", "mean", "prompt depths/step mean", True),
+    ("prompt_depths_per_step", "max", "prompt depths/step max", True),
+    ("prompt_token_loops_per_decode_gap", "p50", "prompt token-loops/decode gap p50", False),
+    ("prompt_token_loops_per_decode_gap", "p99", "prompt token-loops/decode gap p99", False),
 )
 TIE_REL = 0.005  # within 0.5%: neither is better
 ARM_PAIRS = (("mixed", "atomic"), ("mixed", "per_depth"), ("per_depth", "atomic"))

@@ -1,5 +1,6 @@
 """The headline of each sweep point: one arm against another on the three numbers a reader
-asks first, ITL p99, output tok/s and TTFT p99, e.g. "mixed cuts ITL p99 by 73% against
+asks first, ITL p99 (of the decode population when the workload injects prompts, as in
+RFC §6), output tok/s and TTFT p99, e.g. "mixed cuts ITL p99 by 73% against
 atomic at 1.11x output tok/s; TTFT p99 -2%".
 
 Each change is computed from the two arms' medians (summary.json's ``medians``); its spread
@@ -18,6 +19,7 @@ from loopserve.outputs.rundata import RunData
 from loopserve.report.compare import ARM_PAIRS
 from loopserve.report.markup import esc
 from loopserve.runs.metrics import metric
+from loopserve.runs.population import itl_key
 
 SAME_PCT = 0.5  # a change within 0.5% reads as "matches"
 # (summary key, sub-key, label)
@@ -74,6 +76,8 @@ def point_ratios(run: RunData, point_id: int, a: str, b: str
         return None
     out = {}
     for key, sub, label in (ITL_P99, OUTPUT, TTFT_P99):
+        if key == ITL_P99[0]:
+            key = itl_key(med[a])  # the decode population's when prompts were injected
         value = _ratio(med[a], med[b], key, sub)
         if value is None:
             return None

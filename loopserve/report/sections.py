@@ -7,9 +7,16 @@ from collections.abc import Sequence
 from typing import Any, cast
 
 from loopserve.outputs.rundata import RunData
-from loopserve.report.compare import METRICS, arm_ratios, field_verdicts, verdict_sentences
+from loopserve.report.compare import (
+    DESCRIPTIVE,
+    METRICS,
+    arm_ratios,
+    field_verdicts,
+    verdict_sentences,
+)
 from loopserve.report.markup import esc, num, table
 from loopserve.runs.metrics import metric
+from loopserve.runs.population import itl_key
 from loopserve.runs.summary import MedianRow
 
 
@@ -24,7 +31,7 @@ def _slo_cell(m: MedianRow, slo: dict[str, Any] | None) -> str:
         return "–"
     checks = []
     if slo.get("itl_p99_ms"):
-        v = metric(m, "itl_ms", "p99")
+        v = metric(m, itl_key(m), "p99")  # the decode population's under injection
         checks.append(v is not None and v <= slo["itl_p99_ms"])
     if slo.get("ttft_p99_ms"):
         v = metric(m, "ttft_ms", "p99")
@@ -57,25 +64,57 @@ def _with_spread(m: MedianRow, key: str, sub: str | None) -> str:
         f"{text} <span class='note'>[{num(spread[0], 3)}–{num(spread[1], 3)}]</span>")
 
 
+def readback_note(run: RunData) -> str:
+    """Which arms read the exit signal back on every loop (``readback_skip: false``, the
+    RFC's starting engine) and which skip the unused ones (RFC §4)."""
+    scn = run.scenario
+    shared = (scn.get("scheduler") or {}).get("readback_skip", True)
+    overrides = scn.get("arm_overrides") or {}
+    off = [a for a in scn.get("arms", [])
+           if not (overrides.get(a) or {}).get("readback_skip", shared)]
+    on = [a for a in scn.get("arms", []) if a not in off]
+    parts = []
+    if off:
+        parts.append(f"{', '.join(off)} read the exit signal back on every decode loop, "
+                     "used or not (readback_skip off: the RFC's starting engine)")
+    if on:
+        parts.append(f"{', '.join(on)} skip the readback when no decode row needs a signal "
+                     "(readback_skip on, RFC §4)")
+    return esc("; ".join(parts))
+
+
+def unequal_note(run: RunData) -> str:
+    """The report's flag for arms that ran unequal budget, max_num_seqs or chunk
+    (``allow_unequal_arms``), from env.json's ``unequal_arms``; "" when they were equal."""
+    diffs = (run.env or {}).get("unequal_arms") or {}
+    if not diffs:
+        return ""
+    text = "; ".join(f"point {p}: {', '.join(d)}" for p, d in diffs.items())
+    return (f'<li><span class="bad">UNEQUAL ARMS</span> {esc(run.label)} '
+            f"(allow_unequal_arms, not the RFC §6 comparison): {esc(text)}</li>")
+
+
 def medians_section(runs: Sequence[RunData]) -> str:
     multi = len(runs) > 1
-    head = (["run"] if multi else []) + ["arm", "validity"] + [m[2] for m in METRICS] + [
-        "core calls", "mixed calls", "SLO"]
+    head = ((["run"] if multi else []) + ["arm", "validity"]
+            + [m[2] for m in METRICS + DESCRIPTIVE]
+            + ["core calls", "mixed calls", "readbacks", "SLO"])
     rows = []
     for run in runs:
         slo = run.scenario.get("slo")
         for m in run.medians():
             cells = ([esc(run.label)] if multi else []) + [esc(m["arm"]), _valid_cell(m)]
-            cells += [_with_spread(m, k, s) for k, s, _, _ in METRICS]
+            cells += [_with_spread(m, k, s) for k, s, _, _ in METRICS + DESCRIPTIVE]
             cells += [num(m.get("num_core_calls"), 8), num(m.get("num_mixed_core_calls"), 8),
-                      _slo_cell(m, slo)]
+                      num(m.get("num_readbacks"), 8), _slo_cell(m, slo)]
             rows.append(cells)
     notes = "".join(
         f"<li>{esc(run.label)}: reference point {run.reference_point_id} "
         f"({esc(point_label(run, run.reference_point_id))}), median of "
         f"{run.scenario.get('repeats', 1)} repeat(s); in brackets the spread "
         f"({esc(run.summary.get('spread_method') or 'none in this summary.json')}), shown "
-        "where repeats differ</li>" for run in runs)
+        "where repeats differ</li>" for run in runs) + "".join(
+        f"<li>{esc(run.label)}: {readback_note(run)}</li>{unequal_note(run)}" for run in runs)
     return ("<h2>Per-arm medians</h2>" + table(head, rows, left=3 if multi else 2)
             + f'<ul class="note">{notes}</ul>')
 

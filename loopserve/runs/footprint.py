@@ -2,7 +2,8 @@
 
 Three things grow with a scenario's sizes: the synthetic prompt ids of one run's source, the
 KV cache (the core's block bookkeeping; on a real target also the KV tensors, the prompt
-and decode state buffers and the weights) of the largest arm, and the records of every run
+and decode state buffers, the weights and the largest step's activations and attention
+scratch) of the largest arm, and the records of every run
 (kept in memory until the run folder is written). Each is estimated from the scenario alone
 (no source built, nothing allocated) and compared with the memory available now: the
 host's ``MemAvailable`` (``/proc/meminfo``, else ``os.sysconf``), capped by
@@ -47,6 +48,9 @@ RUN_BYTES = 256 << 10  # what any run keeps besides (under 0.2 MiB measured)
 # whole estimate between what three such workloads hold and 4x that.
 DECODE_ROWS_PER_STEP = 4
 WRITE_FACTOR = 1.5  # writing builds the record tables beside the records
+# Device bytes the allocator holds beyond the tensors (rounding, fragmentation: glibc on the
+# CPU, the caching allocator on CUDA).
+ALLOCATOR_SLACK = 1.05
 LIMIT_ENV = "LOOPSERVE_MEMORY_LIMIT"
 
 
@@ -172,16 +176,49 @@ def _smallest_budget(scn: Scenario) -> int:
     return max(1, min(budgets))
 
 
-def device_bytes(cfg: EngineConfig, dtype_bytes: int) -> int:
-    """What a real runner of ``cfg`` allocates on its device: KV tensors, state buffers,
-    weights."""
+def device_bytes(cfg: EngineConfig, dtype_bytes: int, max_context: int | None = None,
+                 attention: str = "triton") -> int:
+    """What a real runner of ``cfg`` holds on its device at its peak: KV tensors, state
+    buffers, weights, and the largest step's transient memory (``step_bytes``) for contexts
+    up to ``max_context`` positions (None: a whole depth plane of the cache)."""
     m, c, s = cfg.model, cfg.cache, cfg.scheduler
     kv = 2 * m.num_layers * c.num_blocks * c.block_size * m.num_kv_heads * m.head_dim
     states = s.max_num_seqs * (s.effective_chunk_size + 1) * m.hidden_size
     attn = m.hidden_size * (2 * m.num_heads + 2 * m.num_kv_heads) * m.head_dim
     weights = 2 * m.vocab_size * m.hidden_size + m.num_layers * (
         attn + 3 * m.hidden_size * m.intermediate_size)
-    return (kv + states + weights) * dtype_bytes
+    if max_context is None:
+        max_context = c.num_blocks * c.block_size // c.num_planes(m.num_depths)
+    total = (kv + states + weights) * dtype_bytes + step_bytes(cfg, dtype_bytes, max_context,
+                                                               attention)
+    return math.ceil(total * ALLOCATOR_SLACK)
+
+
+def step_bytes(cfg: EngineConfig, dtype_bytes: int, max_context: int, attention: str) -> int:
+    """The largest step's transient memory: one layer's activations over a full budget of
+    rows (no autograd, so layers do not accumulate), plus the larger of the attention
+    scratch and a CODA step's fp32 logits. The ``torch`` reference backend attends in fp32
+    over gathered K/V repeated to every head, with the score matrix materialised: for the
+    decode rows (max_num_seqs x ``max_context``) or one prompt chunk (chunk x
+    ``max_context``), whichever is larger; the Triton kernel keeps its tiles on chip, so
+    only its fp32 output counts."""
+    m, s = cfg.model, cfg.scheduler
+    rows = s.max_num_batched_tokens
+    qkv = (m.num_heads + 2 * m.num_kv_heads) * m.head_dim
+    # residual, norm, rotary copies of q/k, attention out, o_proj out; gate, up, act, product
+    per_row = 6 * m.hidden_size + 2 * qkv + m.num_heads * m.head_dim + 4 * m.intermediate_size
+    activations = rows * per_row * dtype_bytes
+    heads_kv = (m.num_heads + m.num_kv_heads) * m.head_dim  # gathered + repeated, per position
+    out_fp32 = rows * m.num_heads * m.head_dim * 4
+    if attention == "torch":
+        decode = s.max_num_seqs * max_context * (2 * heads_kv + 2 * m.num_heads)
+        chunk = s.effective_chunk_size
+        prompt = max_context * 2 * heads_kv + chunk * max_context * (m.num_heads + 1)
+        scratch = out_fp32 + 4 * max(decode, prompt)
+    else:
+        scratch = out_fp32
+    logits = s.max_num_seqs * m.vocab_size * 4 * 2  # logits and the sampler's probabilities
+    return max(activations + scratch, logits)
 
 
 def records_bytes(size: WorkloadSize, budget: int, num_depths: int) -> int:
@@ -196,12 +233,17 @@ def records_bytes(size: WorkloadSize, budget: int, num_depths: int) -> int:
 
 
 def check_plan(scn: Scenario, configs: Mapping[tuple[int, str], EngineConfig], *,
-               target: str, dtype_bytes: int, device_free: int | None) -> None:
+               target: str, dtype_bytes: int, device_free: int | None,
+               lifetimes: Mapping[int, int] | None = None) -> None:
     """UserError when an arm's KV cache (the core's bookkeeping; on a real target its
-    tensors, state buffers and weights too) cannot fit in host or GPU memory."""
+    tensors, state buffers, weights and largest step too, for requests of up to
+    ``lifetimes[point_id]`` positions) cannot fit in host or GPU memory."""
     avail = available_bytes()
+    backend = scn.runner.attention_backend
+    attention = ("torch" if target == "cpu" else "triton") if backend == "auto" else backend
     for (point_id, arm), cfg in configs.items():
-        kv_dev = device_bytes(cfg, dtype_bytes) if target != "sim" else 0
+        context = (lifetimes or {}).get(point_id)
+        kv_dev = device_bytes(cfg, dtype_bytes, context, attention) if target != "sim" else 0
         host = cfg.cache.num_blocks * BLOCK_BOOKKEEPING_BYTES + (kv_dev if target == "cpu" else 0)
         where = f"arm {arm}" + (f", point {point_id}" if scn.is_sweep else "")
         if host > avail:

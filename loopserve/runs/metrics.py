@@ -7,6 +7,9 @@
 - percentiles by numpy's default linear interpolation, reported in milliseconds as
   ``{mean, p50, p90, p99, max}`` (all None when a metric has no sample);
 - output_tok_s = output tokens / (last finish - first arrival);
+- num_readbacks: device-to-host readbacks over all steps (the steps table's column: what a
+  runner did, RFC §4's count in simulation; ``scheduler.readback_skip`` off adds one per
+  decode loop under a signal mode);
 - prompt_token_loops_s = prompt tokens x D / the same span (prompt work done, in token-loops;
   with prefix caching it counts cached tokens too, as prompt work served);
 - with ``cache.enable_prefix_caching`` only (so other runs' rows stay as they were): vLLM's
@@ -15,7 +18,8 @@
 - with a ``cluster`` section only: per-replica and per-GPU terms and the TTFT split
   (``loopserve.runs.cluster_metrics``).
 
-Only finished requests (the rows of ``RunRecords.requests``) count.
+Only finished requests (the rows of ``RunRecords.requests``) count. The decode population's
+own ITL/TPOT and the prompt-progress metrics of RFC §6 come from ``loopserve.runs.population``.
 """
 
 from __future__ import annotations
@@ -29,6 +33,8 @@ import pandas as pd  # type: ignore[import-untyped]
 
 from engine.core.records import RunRecords
 from engine.core.results import TokenEvent
+from loopserve.runs.distribution import Distribution, distribution_ms
+from loopserve.runs.population import population_metrics
 from sim.cluster.records import cluster_info
 
 STEP_COLUMNS: tuple[str, ...] = (
@@ -40,16 +46,6 @@ REQUEST_COLUMNS: tuple[str, ...] = (
     "injected", "finish_reason",
 )
 TOKEN_COLUMNS: tuple[str, ...] = ("request_id", "index", "time_s", "token_id", "exit_depth")
-
-
-class Distribution(TypedDict):
-    """One latency metric in milliseconds (every value None when it has no sample)."""
-
-    mean: float | None
-    p50: float | None
-    p90: float | None
-    p99: float | None
-    max: float | None
 
 
 class Metrics(TypedDict):
@@ -64,6 +60,13 @@ class Metrics(TypedDict):
     num_requests: int
     num_core_calls: int
     num_mixed_core_calls: int
+    num_readbacks: int
+    prompt_depths_per_step: dict[str, float | None]
+    prompt_token_loops_per_decode_gap: dict[str, float | None]
+    decode_itl_ms: NotRequired[Distribution]
+    decode_tpot_ms: NotRequired[Distribution]
+    injected_itl_ms: NotRequired[Distribution]
+    injected_tpot_ms: NotRequired[Distribution]
     prefix_cache_queried_tokens: NotRequired[int]
     prefix_cache_hit_tokens: NotRequired[int]
     prefix_cache_hit_rate: NotRequired[float | None]
@@ -77,16 +80,6 @@ class Metrics(TypedDict):
     ttft_prefill_ms: NotRequired[Distribution]
     ttft_transfer_ms: NotRequired[Distribution]
     kv_transfer_ms: NotRequired[Distribution]
-
-
-def distribution_ms(values_s: Iterable[float]) -> Distribution:
-    """``{mean, p50, p90, p99, max}`` of ``values_s`` in milliseconds."""
-    arr = np.fromiter(values_s, dtype=np.float64) * 1e3
-    if arr.size == 0:
-        return {"mean": None, "p50": None, "p90": None, "p99": None, "max": None}
-    p50, p90, p99 = np.percentile(arr, [50, 90, 99])
-    return {"mean": float(arr.mean()), "p50": float(p50), "p90": float(p90),
-            "p99": float(p99), "max": float(arr.max())}
 
 
 def consecutive_tokens(records: RunRecords) -> list[tuple[TokenEvent, TokenEvent]]:
@@ -150,6 +143,8 @@ def summarize(records: RunRecords, num_depths: int | None = None) -> Metrics:
         "num_requests": len(reqs),
         "num_core_calls": records.num_core_calls,
         "num_mixed_core_calls": records.num_mixed_core_calls,
+        "num_readbacks": int(sum(records.steps.num_readbacks)),
+        **population_metrics(records),  # type: ignore[typeddict-item]
     }
     pc = records.prefix_cache
     if pc is not None:

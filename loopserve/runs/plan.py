@@ -17,7 +17,7 @@ from engine.core.config import EngineConfig, ModelShape
 from engine.core.records import ArrivalSource
 from engine.core.shapes import MODEL_SHAPES
 from loopserve.errors import UserError
-from loopserve.runs import footprint
+from loopserve.runs import equal_arms, footprint
 from loopserve.runs.exit_source import ExitSource, exit_source
 from loopserve.runs.seeds import repeat_seed
 from loopserve.runs.sweep import SweepPoint, expand, reference_point
@@ -49,6 +49,10 @@ class Plan:
     cost_records: dict[int, dict[str, str | None]] = field(default_factory=dict)
     exits: dict[int, ExitSource] = field(default_factory=dict)  # point_id -> exit model (sim)
     real: Target | None = None  # the real engine, built on the first real run
+    # point_id -> what differs between its arms (allow_unequal_arms only; the report flags it)
+    unequal_arms: dict[int, list[str]] = field(default_factory=dict)
+    # point_id -> the chunk chunk_policy derive gave every arm (points that kept theirs absent)
+    derived_chunks: dict[int, int] = field(default_factory=dict)
 
     @property
     def cost_model(self) -> dict[str, str | None]:
@@ -74,13 +78,18 @@ def plan_runs(scn: Scenario, target: str) -> Plan:
     plan = Plan(scn, target, shape, points, [], ref)
     footprint.check_sources(scn, points, shape)  # before any source is built
     configs: dict[tuple[int, str], EngineConfig] = {}
+    lifetimes: dict[int, int] = {}
     for point in points:
         context = f"sweep point {point.point_id}: {point.label}" if scn.is_sweep else ""
-        bound = _lifetime_bound(point.scenario, shape)
+        bound = lifetimes[point.point_id] = _lifetime_bound(point.scenario, shape)
         for arm in scn.arms:
             configs[point.point_id, arm] = engine_config(
                 point.scenario, arm, shape, bound, context
             )
+        diffs = equal_arms.check_point({a: configs[point.point_id, a] for a in scn.arms},
+                                       scn.allow_unequal_arms, context)
+        if diffs:
+            plan.unequal_arms[point.point_id] = diffs
         if target == "sim":
             plan.costs[point.point_id], plan.cost_records[point.point_id] = _cost_model(
                 point.scenario, shape, context)
@@ -88,6 +97,9 @@ def plan_runs(scn: Scenario, target: str) -> Plan:
         else:
             plan.cost_records[point.point_id] = describe_cost(
                 scn.cost.kind, "measured", None, None)
+    plan.derived_chunks = equal_arms.derived_chunks(configs)
+    equal_arms.log_derived(plan.derived_chunks, {
+        p: configs[p, scn.arms[0]].scheduler.prefill_chunk_size for p in plan.derived_chunks})
     dtype = scn.runner.dtype or ("float32" if target == "cpu" else "bfloat16")
     free: int | None = None
     if target != "sim":
@@ -95,7 +107,8 @@ def plan_runs(scn: Scenario, target: str) -> Plan:
 
         free = device_free(target)
     footprint.check_plan(scn, configs, target=target,
-                         dtype_bytes=4 if dtype == "float32" else 2, device_free=free)
+                         dtype_bytes=4 if dtype == "float32" else 2, device_free=free,
+                         lifetimes=lifetimes)
     for point in points:
         for repeat in range(scn.repeats):
             for arm in scn.arms:

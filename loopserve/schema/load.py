@@ -81,6 +81,7 @@ def set_path(data: dict[str, Any], dotted: str, value: Any) -> None:
 
     Keys of ``sweep`` and ``variants.<name>`` are dotted names themselves, so
     ``sweep.scheduler.prefill_chunk_size`` sets the sweep entry ``scheduler.prefill_chunk_size``.
+    A numeric part indexes a list: ``workload.inject.0.prompt_tokens``.
     """
     parts = dotted.split(".")
     if any(not p for p in parts):
@@ -89,16 +90,31 @@ def set_path(data: dict[str, Any], dotted: str, value: Any) -> None:
         parts = ["sweep", ".".join(parts[1:])]
     elif parts[0] == "variants" and len(parts) > 3:
         parts = ["variants", parts[1], ".".join(parts[2:])]
-    node = data
+    node: Any = data
     for i, key in enumerate(parts[:-1]):
-        child = node.get(key)
+        child = _child(node, key, dotted)
         if child is None:
             child = node[key] = {}
-        if not isinstance(child, dict):
+        if not isinstance(child, dict | list):
             where = ".".join(parts[: i + 1])
             raise UserError(dotted, f"{where} is a {type(child).__name__}, not a section")
         node = child
-    node[parts[-1]] = value
+    if isinstance(node, list):
+        node[_index(node, parts[-1], dotted)] = value
+    else:
+        node[parts[-1]] = value
+
+
+def _index(node: list[Any], key: str, dotted: str) -> int:
+    """A list entry's index from a dotted part (``workload.inject.0.prompt_tokens``)."""
+    if not key.isdigit() or int(key) >= len(node):
+        raise UserError(dotted, f"{key!r} is not an entry of a list of {len(node)}; use "
+                        f"0..{len(node) - 1}")
+    return int(key)
+
+
+def _child(node: dict[str, Any] | list[Any], key: str, dotted: str) -> Any:
+    return node[_index(node, key, dotted)] if isinstance(node, list) else node.get(key)
 
 
 def _resolve_paths(data: dict[str, Any], base: Path) -> None:

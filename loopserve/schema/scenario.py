@@ -145,6 +145,9 @@ class Scenario(StrictModel):
     arms: list[str]
     scheduler: SchedulerSpec = Field(default_factory=SchedulerSpec)  # type: ignore[valid-type]
     arm_overrides: dict[str, SchedulerOverride] = Field(default_factory=dict)  # type: ignore[valid-type]
+    # RFC §6: every arm runs the same budget, max_num_seqs and chunk; true lets arm_overrides
+    # change them (loopserve.runs.equal_arms), and the report flags it.
+    allow_unequal_arms: bool = False
     cache: CacheSpec = Field(default_factory=CacheSpec)
     exit: ExitSpec = Field(default_factory=ExitSpec)
     workload: WorkloadSpec

@@ -19,7 +19,7 @@ from typing import Any
 
 import uvicorn
 
-from engine.core.config import EngineConfig
+from engine.core.config import DEFAULT_ARM, EngineConfig
 from loopserve.errors import UserError
 from loopserve.server.app import build_app
 from loopserve.server.chat_template import ChatTemplateError, load_chat_template
@@ -34,7 +34,7 @@ from loopserve.server.tokenizer import load_tokenizer
 class ServeOptions:
     model: str
     scenario: str | None = None
-    arm: str = "mixed"
+    arm: str = DEFAULT_ARM
     device: str = "cpu"
     seed: int = 0
     served_model_name: str | None = None

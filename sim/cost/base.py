@@ -45,7 +45,10 @@ class HardwarePreset:
 
     ``host_call_s`` + ``host_layer_s`` x num_layers is the host cost of one core call (launches,
     metadata); ``step_overhead_s`` is the scheduler's per-step cost; ``sampling_s`` is the
-    CODA step's sampling cost on top of lm_head.
+    CODA step's sampling cost on top of lm_head. ``readback_s`` is what one exit-signal
+    readback adds to a recurrent step (RFC §4): the device-to-host copy of a few floats and
+    the host's wait for the device to drain before it, during which it prepares nothing
+    (a CODA step's readback is part of ``sampling_s``).
     """
 
     name: str
@@ -56,19 +59,23 @@ class HardwarePreset:
     step_overhead_s: float
     sampling_s: float
     dtype_bytes: int
+    readback_s: float = 0.0
 
 
 HARDWARE: dict[str, HardwarePreset] = {
-    # H200 SXM: ~4.3 TB/s measured copy bandwidth, ~790 TFLOP/s dense bf16 matmul.
+    # H200 SXM: ~4.3 TB/s measured copy bandwidth, ~790 TFLOP/s dense bf16 matmul; a
+    # readback is a pinned DtoH copy plus a stream sync, ~10 us each way (docs/contracts.md).
     "h200": HardwarePreset(
         name="h200", mem_bw_bytes_s=4.3e12, matmul_flops_s=790e12, host_call_s=40e-6,
         host_layer_s=0.0, step_overhead_s=30e-6, sampling_s=20e-6, dtype_bytes=2,
+        readback_s=20e-6,
     ),
     # A 2-core x86 VM running eager torch in fp32: ~20 GB/s streaming reads, ~60 GFLOP/s
     # sgemm, ~10 eager ops per layer at ~10 us each.
     "cpu": HardwarePreset(
         name="cpu", mem_bw_bytes_s=20e9, matmul_flops_s=60e9, host_call_s=100e-6,
         host_layer_s=100e-6, step_overhead_s=100e-6, sampling_s=50e-6, dtype_bytes=4,
+        readback_s=10e-6,
     ),
 }
 

@@ -14,7 +14,8 @@ Per core call (``Batch.core_call_items``):
 A PRELUDE step is an embedding gather, a CODA step lm_head (hidden x vocab weights read once,
 2 x hidden x vocab FLOPs per row) plus sampling. Every step adds the scheduler's per-step
 overhead and the finalize copies its housekeeping carries (one KV position per target plane,
-read and written). Activation traffic is ignored: it is small next to the weights for the
+read and written); a recurrent step that reads exit signals back adds the preset's
+``readback_s`` (RFC §4). Activation traffic is ignored: it is small next to the weights for the
 chunk sizes the scenarios use.
 """
 
@@ -70,7 +71,7 @@ class RooflineCost:
         terms = dict.fromkeys(
             ("weights_s", "kv_s", "embed_s", "lm_head_s", "gemm_s", "attention_s",
              "memory_s", "compute_s", "host_s", "sampling_s", "finalize_s",
-             "step_overhead_s"),
+             "step_overhead_s", "readback_s"),
             0.0,
         )
         terms["total_s"] = self._cost(batch, terms)
@@ -106,6 +107,10 @@ class RooflineCost:
                 terms["host_s"] = self.host_call_s
                 terms["sampling_s"] = hw.sampling_s
             return total
+        if batch.needs_signals:
+            total += hw.readback_s
+            if terms is not None:
+                terms["readback_s"] = hw.readback_s
         for call in batch.core_call_items():
             rows = kv_tokens = ctx_sum = fused_rows = 0
             for item, depth in call:

@@ -88,7 +88,7 @@ def test_shared_layout_only_for_atomic() -> None:
         ({"policy": "lifo"}, "scheduler.policy"),
         ({"chunk_policy": "maybe"}, "scheduler.chunk_policy"),
         ({"max_admission_bypasses": -1}, "scheduler.max_admission_bypasses"),
-        ({"prompt_shortcut": True}, "scheduler.prompt_shortcut"),
+        ({"prompt_shortcut": True, "arm": "atomic"}, "scheduler.prompt_shortcut"),
     ],
 )
 def test_bad_scheduler_values_name_the_field(kwargs: dict, field: str) -> None:

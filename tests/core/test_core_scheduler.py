@@ -228,3 +228,64 @@ def test_the_scheduler_admits_selects_and_requeues_without_a_core() -> None:
     assert s.prefill == [req]
     s.remove(req)
     assert s.prefill == [] and s.running == {} and len(s.waiting) == 0
+
+
+@pytest.mark.parametrize("arm", ["per_depth", "mixed"])
+def test_coda_flushes_while_a_prompt_is_mid_depth(arm: str) -> None:
+    """RFC §1: prompt items stay in the PREFILL queue, so they never hold a small CODA batch
+    back: with min_coda_batch_size 4 and no decode in the loop, a lone CODA request goes out
+    while a prompt chunk is between depths."""
+    core = EngineCore(make_config(arm, min_coda_batch_size=4, max_num_batched_tokens=16,
+                                  prefill_chunk_size=8))
+    ex = FakeExecutor()
+    core.add_request("d", [1, 2], SamplingParams(max_tokens=3), 0.0)
+    now = until_decoding(core, ex, ["d"])
+    step(core, ex, now)  # d one depth ahead, so it leaves the loop while p is mid-depth
+    now += 1
+    core.add_request("p", list(range(24)), SamplingParams(max_tokens=1), now)
+    s = core.scheduler
+    flushed = 0
+    for k in range(200):
+        req = core.requests.get("p")
+        prompt = req.prompt_item if req is not None else None
+        mid_depth = prompt is not None and 0 < prompt.depth < core.cfg.num_depths
+        waiting = bool(s.coda) and not s.recurrent and mid_depth
+        batch = core.schedule(now + k)
+        if batch is None:
+            break
+        core.apply(batch, ex.execute(batch), now + k + 1)
+        if waiting:
+            assert batch.stage is Stage.CODA, (k, batch.stage)
+            assert [it.request_id for it in batch.items] == ["d"]
+            flushed += 1
+    assert flushed >= 1, "the test never reached a CODA beside a mid-depth prompt"
+
+
+@pytest.mark.parametrize("delta", [-1, 1])
+def test_a_wrong_length_signal_tuple_is_an_interface_error(delta: int) -> None:
+    """RFC §1: one signal per DECODE item, in item order; a tuple one short or one long
+    (prompt rows counted, a row dropped) is rejected before anything is applied."""
+    from engine.core import ExitConfig
+    from engine.core.errors import StaleResultError
+    from engine.core.results import RecurrentResult
+
+    core = EngineCore(make_config("mixed", max_num_seqs=4, max_num_batched_tokens=11,
+                                  prefill_chunk_size=8,
+                                  exit=ExitConfig(mode="ouro", exit_threshold=0.5)))
+    ex = FakeExecutor()
+    for i in range(2):
+        core.add_request(f"d{i}", [1, 2], SamplingParams(max_tokens=50), 0.0)
+    now = until_decoding(core, ex, ["d0", "d1"])
+    core.add_request("p", list(range(20)), SamplingParams(max_tokens=2), now)
+    batch = core.schedule(now)
+    assert batch is not None and batch.is_mixed and batch.needs_signals
+    good = ex.execute(batch)
+    assert isinstance(good, RecurrentResult) and good.decode_signals is not None
+    assert len(good.decode_signals) == batch.num_decode_items == 2
+    signals = (good.decode_signals + (0.5,))[:batch.num_decode_items + delta]
+    loops = {r: core.requests[r].loops_done for r in ("d0", "d1")}
+    with pytest.raises(StaleResultError, match="does not fit"):
+        core.apply(batch, RecurrentResult(batch.step, signals), now + 1)
+    assert {r: core.requests[r].loops_done for r in ("d0", "d1")} == loops  # nothing applied
+    core.apply(batch, good, now + 1)
+    assert all(core.requests[r].loops_done == loops[r] + 1 for r in ("d0", "d1"))

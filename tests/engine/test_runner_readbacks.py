@@ -100,3 +100,41 @@ def test_steps_record_the_runners_readbacks_and_the_simulator_rfc4s(mode: str) -
         assert {s.num_readbacks for s in records.steps if s.kind != "coda"} == {0}
     else:
         assert any(s.num_readbacks for s in records.steps if s.kind != "coda")
+
+
+def _knob_steps(arm: str, mode: str, readback_skip: bool) -> list[tuple[Batch, int]]:
+    llm = make_llm(tiny_model(gate_std=0.6), arm, ExitConfig(mode=mode, exit_threshold=1.0),
+                   readback_skip=readback_skip)
+    steps: list[tuple[Batch, int]] = []
+    inner = llm.runner.execute
+
+    def execute(batch: Batch):  # type: ignore[no-untyped-def]
+        result = inner(batch)
+        steps.append((batch, llm.runner.readbacks.last_step))
+        return result
+
+    llm.runner.execute = execute  # type: ignore[method-assign]
+    llm.generate(PROMPTS, [SamplingParams(max_tokens=5, ignore_eos=True)] * len(PROMPTS))
+    return steps
+
+
+@pytest.mark.parametrize("arm", ["atomic", "per_depth", "mixed"])
+@pytest.mark.parametrize("mode", ["ouro", "ouro_delayed", "random_lookahead"])
+def test_readback_skip_off_reads_the_unused_signal_on_every_decode_loop(
+        arm: str, mode: str) -> None:
+    """RFC §4 at threshold 1.0: with the skip (the default) only CODA steps read back; with
+    it off every step holding decode rows in the loop reads their unused signal back once,
+    prompt-only and prelude steps still never do, and the tokens are the same."""
+    on, off = _knob_steps(arm, mode, True), _knob_steps(arm, mode, False)
+    assert [(b.stage, b.num_decode_items) for b, _ in on] == [
+        (b.stage, b.num_decode_items) for b, _ in off]
+    for batch, n in on:
+        assert n == (1 if batch.stage is Stage.CODA else 0), (step_kind(batch), n)
+    decode_loops = 0
+    for batch, n in off:
+        loops = batch.stage is Stage.RECURRENT and batch.num_decode_items > 0
+        decode_loops += loops
+        assert n == (1 if batch.stage is Stage.CODA or loops else 0), (step_kind(batch), n)
+    assert decode_loops > 0
+    if arm == "mixed":
+        assert any(b.is_mixed and n == 1 for b, n in off)

@@ -5,12 +5,14 @@ another policy falls back to the full-depth rows; bad regimes and flags are one-
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from engine.core import ExitConfig, SamplingParams
+from engine.core.exits import OuroExit
 from engine.core.shapes import MODEL_SHAPES
 from loopserve.calibrate.exits import generated_prompts, measure_exit_profile
 from loopserve.cli import main
@@ -94,8 +96,11 @@ def test_simulation_replays_the_workloads_own_tokens_exactly(tmp_path: Path) -> 
 def test_a_row_read_past_its_exit_is_a_bug_not_a_value() -> None:
     fn = profile_signal_fn(0, [[0.1, None]])
     assert fn("r", 3, 0) == 0.1
-    with pytest.raises(RuntimeError, match="past its regime row"):
-        fn("r", 3, 1)
+    assert math.isnan(fn("r", 3, 1))  # read back unused with readback_skip off: fine
+    decider = OuroExit(0.5, 1, 3, delayed=False)
+    decider.start_token(1)
+    with pytest.raises(ValueError, match="missing gate signal"):
+        decider.after_depth(2, fn("r", 3, 1))  # a decider that needs it: a policy mismatch
 
 
 @pytest.mark.parametrize("signals,match", [

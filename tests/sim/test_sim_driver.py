@@ -154,3 +154,32 @@ def test_steps_tile_time_and_every_request_finishes() -> None:
     assert sorted(r.request_id for r in rec.requests) == sorted(f"req-{i}" for i in range(40))
     assert sum(r.output_tokens for r in rec.requests) == len(rec.tokens)
     assert any(s.mixed for s in rec.steps) and rec.steps[0].stage == Stage.RECURRENT.value
+
+
+@pytest.mark.parametrize("arm", ARMS)
+@pytest.mark.parametrize("mode", ["ouro", "ouro_delayed", "random_lookahead"])
+def test_readback_skip_off_charges_a_readback_per_decode_loop(arm: str, mode: str) -> None:
+    """RFC §4 at threshold 1.0 in simulation: with ``readback_skip`` off every step holding
+    decode rows in the loop records one readback and costs the roofline's ``readback_s``
+    more; with it on (the default) only CODA steps read back. Same batches either way."""
+    exit_cfg = ExitConfig(mode=mode, exit_threshold=1.0)
+    cost = make_cost_model("roofline", TINY, hardware="h200")
+    timed = [spec("a", 16, 6), spec("b", 12, 5), spec("c", 20, 4, at=0.0005, injected=True)]
+    runs = {}
+    for skip in (True, False):
+        cfg = make_config(arm, exit=exit_cfg, readback_skip=skip)
+        fn = make_signal_fn(exit_cfg, TINY.num_depths, seed=0)
+        runs[skip] = simulate(cfg, ListSource(list(timed)), cost, signal_fn=fn)
+    on, off = runs[True].steps, runs[False].steps
+    assert [(s.stage, s.num_decode_items, s.depths) for s in on] == [
+        (s.stage, s.num_decode_items, s.depths) for s in off]
+    loops = [s.stage == "RECURRENT" and s.num_decode_items > 0 for s in off]
+    assert sum(loops) > 0
+    assert [s.num_readbacks for s in on] == [int(s.stage == "CODA") for s in on]
+    assert [s.num_readbacks for s in off] == [
+        int(s.stage == "CODA" or loop) for s, loop in zip(off, loops, strict=True)]
+    readback_s = cost.hardware.readback_s
+    assert readback_s > 0
+    for a, b, loop in zip(on, off, loops, strict=True):
+        assert (b.end_s - b.start_s) - (a.end_s - a.start_s) == pytest.approx(
+            readback_s if loop else 0.0, abs=1e-12)

@@ -53,7 +53,7 @@ def dry_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[subprocess.Comple
     proc = subprocess.run(
         [sys.executable, "-m", "tools.gpu", "--device", "cpu", "--out", str(out),
          "--wheels", str(tmp / "wheels")],
-        cwd=REPO, env=env, capture_output=True, text=True, timeout=300, check=False,
+        cwd=REPO, env=env, capture_output=True, text=True, timeout=360, check=False,
     )
     return proc, out
 
@@ -65,7 +65,8 @@ def test_dry_run_runs_every_stage_and_passes(dry_run: tuple[subprocess.Completed
     results = json.loads((out / "gpu_check.json").read_text())
     stages = {s["name"]: s for s in results["stages"]}
     assert list(stages) == STAGE_NAMES
-    for name in ("wheels", "env", "ceilings", "kernel", "pytest", "core", "runs", "divergence"):
+    for name in ("wheels", "env", "ceilings", "kernel", "pytest", "core", "runs", "profile",
+                 "divergence"):
         assert stages[name]["status"] == "ok", stages[name]
     assert stages["calibrate"]["status"] == "ok", stages["calibrate"]
     assert (stages["fidelity"]["status"], stages["fidelity"]["detail"]) == (

@@ -120,7 +120,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", type=Path, help="results folder (default $OUT, else results/gpu/"
                     "<date>/, or results/gpu-dryrun/ for --device cpu)")
     ap.add_argument("--budget-s", type=float, default=None,
-                    help="total time budget (default 480 on cuda, 240 on cpu)")
+                    help="total time budget (default 480 on cuda, 280 on cpu)")
     ap.add_argument("--only", help="comma-separated stages to run (a rerun of some), from: "
                     + ",".join(s.name for s in STAGES))
     ap.add_argument("--wheels", type=Path, default=wheels.WHEEL_DIR,
@@ -132,7 +132,7 @@ def main(argv: list[str] | None = None) -> int:
     unknown = (only or set()) - {s.name for s in STAGES}
     if unknown:
         ap.error(f"--only: unknown stage(s) {', '.join(sorted(unknown))}")
-    budget = args.budget_s or (480.0 if args.device == "cuda" else 240.0)
+    budget = args.budget_s or (480.0 if args.device == "cuda" else 280.0)
     need = FINALIZE_RESERVE_S + sum(s.reserve for s in STAGES
                                     if s.selected(only))
     if budget < need:

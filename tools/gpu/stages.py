@@ -13,6 +13,7 @@ from tools.gpu.context import Check
 from tools.gpu.device_stages import ceilings, core, divergence, kernel, pytest
 from tools.gpu.graph_stages import DRY_RUN_REASON as GPU_PATH
 from tools.gpu.graph_stages import fa4, graph_runs, graph_tokens, graphs
+from tools.gpu.profile_stage import profile
 from tools.gpu.project_stages import calibrate, fidelity, runs
 from tools.gpu.setup_stages import env, install_wheels
 
@@ -49,6 +50,7 @@ STAGES = (
     StageSpec("graph_tokens", 120, 10, 0, cuda_only=GPU_PATH),
     StageSpec("runs", 240, 120, 60),
     StageSpec("graph_runs", 150, 10, 0, cuda_only=GPU_PATH),
+    StageSpec("profile", 150, 60, 15),
     StageSpec("divergence", 120, 45, 20),
     StageSpec("calibrate", 160, 80, 20),
     # Needs the calibrate stage's profile, and its own budget on a GPU: a second call,
@@ -61,4 +63,5 @@ RUNNERS: dict[str, Callable[[Check, float], str]] = {
     "pytest": pytest, "core": core, "runs": runs, "divergence": divergence,
     "calibrate": calibrate, "fidelity": fidelity, "fa4": fa4, "graphs": graphs,
     "graph_tokens": graph_tokens, "graph_runs": graph_runs,
+    "profile": profile,
 }

@@ -1,0 +1,120 @@
+"""RFC §6 metrics of the decode population and of prompt progress, per run.
+
+- ``decode_itl_ms`` / ``decode_tpot_ms``: ITL and TPOT of the decode population (the
+  requests that are not injected), and ``injected_itl_ms`` / ``injected_tpot_ms`` of the
+  injected prompts' own decode; only for workloads that inject (``interference``), where the
+  RFC's "decode ITL" is the population's and the headline and SLO read it;
+- ``prompt_depths_per_step``: ``{mean, p50, max}`` over the steps that run prompt work in the
+  loop, of the prompt item-depths each runs (an atomic chunk over D depths counts D, a
+  per-depth or mixed prompt item 1, two chunks twice);
+- ``prompt_token_loops_per_decode_gap``: ``{p50, p99}`` over every gap between two
+  consecutive tokens of a decode-population request (all requests when none is injected),
+  of the prompt token-loops of the steps that ended within the gap (after the earlier
+  token, up to and including the later one). A step's prompt token-loops are its prompt
+  tokens x its prompt item-depths / its prompt items, exact when its prompt items run the
+  same number of depths (every step but a mixed ``prompt_shortcut`` one).
+
+Percentiles are numpy's default linear interpolation; only finished requests count, as in
+``loopserve.runs.metrics``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, TypedDict
+
+import numpy as np
+
+from engine.core.records import RunRecords
+from loopserve.runs.distribution import distribution_ms
+
+
+def itl_key(row: Mapping[str, Any]) -> str:
+    """The ITL a headline and an SLO read from a summary row: the decode population's when
+    the run injected prompts, else every request's."""
+    return "decode_itl_ms" if isinstance(row.get("decode_itl_ms"), dict) else "itl_ms"
+
+
+class DepthsPerStep(TypedDict):
+    mean: float | None
+    p50: float | None
+    max: float | None
+
+
+class PerGap(TypedDict):
+    p50: float | None
+    p99: float | None
+
+
+def _prompt_depths(records: RunRecords) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per step: its end time, prompt item-depths and prompt token-loops."""
+    t = records.steps
+    words = t.strings.values
+    memo: dict[int, int] = {}
+    depths = np.zeros(len(t.end_s), dtype=np.float64)
+    loops = np.zeros(len(t.end_s), dtype=np.float64)
+    for i in range(len(t.end_s)):
+        n_prompt = t.num_prompt_items[i]
+        if n_prompt == 0:
+            continue
+        code = t.depths[i]
+        total = memo.get(code)
+        if total is None:
+            text = words[code]
+            total = memo[code] = sum(int(p.partition(":")[2]) for p in text.split(";") if p)
+        d = total - t.num_decode_items[i]  # a decode item runs one depth of its step
+        depths[i] = d
+        loops[i] = t.num_prompt_tokens[i] * d / n_prompt
+    return np.array(t.end_s, dtype=np.float64), depths, loops
+
+
+def _gaps_s(records: RunRecords, keep: set[str]) -> tuple[np.ndarray, np.ndarray]:
+    """Start and end times of every gap between consecutive tokens of a ``keep`` request."""
+    toks = records.tokens
+    ids = toks.request_ids.values
+    prev = toks.previous()
+    starts, ends = [], []
+    for k in range(len(prev)):
+        j = prev[k]
+        if j >= 0 and ids[toks.request[k]] in keep:
+            starts.append(toks.time_s[j])
+            ends.append(toks.time_s[k])
+    return np.array(starts, dtype=np.float64), np.array(ends, dtype=np.float64)
+
+
+def _itl_tpot(records: RunRecords, keep: set[str]) -> tuple[Any, Any]:
+    starts, ends = _gaps_s(records, keep)
+    tpot = [(r.finish_s - r.first_token_s) / (r.output_tokens - 1) for r in records.requests
+            if r.request_id in keep and r.output_tokens > 1 and r.first_token_s is not None
+            and r.finish_s is not None]
+    return distribution_ms(ends - starts), distribution_ms(tpot)
+
+
+def population_metrics(records: RunRecords) -> dict[str, Any]:
+    """The metrics above, keyed as summary.json carries them."""
+    reqs = records.requests
+    injected = {r.request_id for r in reqs if r.injected}
+    population = {r.request_id for r in reqs if not r.injected}
+    out: dict[str, Any] = {}
+    if injected:
+        out["decode_itl_ms"], out["decode_tpot_ms"] = _itl_tpot(records, population)
+        out["injected_itl_ms"], out["injected_tpot_ms"] = _itl_tpot(records, injected)
+    end_s, depths, loops = _prompt_depths(records)
+    work = depths[depths > 0]
+    out["prompt_depths_per_step"] = DepthsPerStep(
+        mean=float(work.mean()) if work.size else None,
+        p50=float(np.percentile(work, 50)) if work.size else None,
+        max=float(work.max()) if work.size else None)
+    starts, ends = _gaps_s(records, population or injected)
+    per_gap: PerGap = {"p50": None, "p99": None}
+    if ends.size:
+        order = np.argsort(end_s, kind="stable")
+        cum = np.concatenate(([0.0], np.cumsum(loops[order])))
+        sorted_end = end_s[order]
+        hi = np.searchsorted(sorted_end, ends, side="right")
+        lo = np.searchsorted(sorted_end, starts, side="right")
+        work_per_gap = cum[hi] - cum[lo]
+        p50, p99 = np.percentile(work_per_gap, [50, 99])
+        per_gap = {"p50": float(p50), "p99": float(p99)}
+    out["prompt_token_loops_per_decode_gap"] = per_gap
+    return out
