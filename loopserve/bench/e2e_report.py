@@ -28,11 +28,15 @@ def report_markdown(doc: Mapping[str, Any]) -> str:
         if "sim" in a:
             rows.append(_row(arm, "sim", a["sim"], a["sim_mixed_core_calls"],
                              a["sim_core_calls"]))
+    shares = [f"{arm}: client {[r['requests'] for r in a['replicas']]}, sim "
+              f"{[r['requests'] for r in a.get('sim_replicas', [])]}"
+              for arm, a in doc["arms"].items() if "replicas" in a]
     exits = {arm: a.get("server_exit") for arm, a in doc["arms"].items()}
     bad = {arm: rc for arm, rc in exits.items() if rc != 0}
     return "\n".join([
         f"# e2e {doc['scenario']}: {doc['model']} on {doc['target']}, {doc['num_requests']} "
-        f"ShareGPT requests at {doc['request_rate']} req/s (seed {doc['seed']})",
+        f"ShareGPT requests at {doc['request_rate']} req/s (seed {doc['seed']})"
+        + (f", {n} replicas round-robin" if (n := doc.get("num_replicas", 1)) > 1 else ""),
         "",
         *head, *rows,
         "",
@@ -42,5 +46,7 @@ def report_markdown(doc: Mapping[str, Any]) -> str:
         f"arrival times in the simulator ({doc['hardware']} cost model), timed from each "
         "request's arrival. Equal arrivals do not give equal overlap: read mixed calls "
         "beside the latencies.",
+        *(["", "Requests per replica (client: each server's `/metrics`; sim: the simulated "
+            "round-robin router): " + "; ".join(shares) + "."] if shares else []),
         "" if not bad else f"\nServer exit status other than 0: {bad}",
     ]) + "\n"

@@ -3,8 +3,9 @@
     loopserve e2e SCENARIO [--target cpu|cuda] [--out DIR] [--set KEY=VALUE ...]
 
 Every arm goes through a ``loopserve serve`` subprocess on the same seeded ShareGPT arrivals
-(``loopserve.bench.e2e``); one folder with the per-arm client results, the simulation's and
-``report.md``.
+(``loopserve.bench.e2e``); with ``cluster: {replicas: N, router: round_robin}`` N of them
+per arm, request ``i`` to server ``i mod N``, beside the simulated cluster. One folder with
+the per-arm client results, the simulation's and ``report.md``.
 """
 
 from __future__ import annotations
@@ -19,7 +20,8 @@ from loopserve.commands.args import add_scenario_flags
 
 def add_parser(sub: Any) -> None:
     p = sub.add_parser("e2e", help=command_help("e2e"))
-    p.add_argument("scenario", help="scenario YAML with a sharegpt workload")
+    p.add_argument("scenario", help="scenario YAML with a sharegpt workload (and optionally "
+                   "cluster: {replicas: N, router: round_robin})")
     p.add_argument("--target", default="cpu", choices=("cpu", "cuda"),
                    help="device the servers run on (default cpu)")
     add_scenario_flags(p, "folder to write (default results/e2e/<name>/<run-id>)",

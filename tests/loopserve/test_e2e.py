@@ -62,3 +62,36 @@ def test_e2e_needs_a_sharegpt_workload(tmp_path: Path,
     assert main(["e2e", str(tmp_path / "p.yaml"), "--out", str(tmp_path / "x")]) == 2
     assert capsys.readouterr().err.startswith("loopserve: error: workload.kind: e2e replays")
     assert not (tmp_path / "x").exists()
+
+
+def test_e2e_two_replicas_round_robin_beside_the_simulated_cluster(tmp_path: Path) -> None:
+    scn = yaml.safe_load(_scenario(tmp_path).read_text())
+    scn.update(arms=["mixed"], cluster={"replicas": 2, "router": "round_robin"})
+    scn["workload"]["num_requests"] = 6
+    (tmp_path / "c.yaml").write_text(yaml.safe_dump(scn))
+    out = tmp_path / "run"
+    assert main(["e2e", str(tmp_path / "c.yaml"), "--out", str(out), "--no-progress"]) == 0
+    assert {p.name for p in out.iterdir()} >= {"server-mixed-0.log", "server-mixed-1.log"}
+    doc = json.loads((out / "e2e.json").read_text())
+    a = doc["arms"]["mixed"]
+    assert doc["num_replicas"] == 2 and a["server_exit"] == 0
+    # each server's /metrics counted its share of the replay: requests 0, 2, 4 and 1, 3, 5
+    assert [r["requests"] for r in a["replicas"]] == [3, 3]
+    assert [r["requests"] for r in a["sim_replicas"]] == [3, 3]
+    assert all(r["core_calls"] > 0 for r in a["replicas"] + a["sim_replicas"])
+    assert a["core_calls"] == sum(r["core_calls"] for r in a["replicas"])
+    for world in ("client", "sim"):
+        assert (a[world]["completed"], a[world]["failed"]) == (6, 0)
+    table = (out / "report.md").read_text()
+    assert "2 replicas round-robin" in table and "mixed: client [3, 3], sim [3, 3]" in table
+
+
+def test_e2e_refuses_a_router_it_cannot_match(tmp_path: Path,
+                                              capsys: pytest.CaptureFixture[str]) -> None:
+    scn = yaml.safe_load(_scenario(tmp_path).read_text())
+    scn["cluster"] = {"replicas": 2, "router": "least_outstanding"}
+    (tmp_path / "c.yaml").write_text(yaml.safe_dump(scn))
+    assert main(["e2e", str(tmp_path / "c.yaml"), "--out", str(tmp_path / "x")]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("loopserve: error: cluster.router: e2e sends requests round-robin")
+    assert err.count("\n") == 1 and not (tmp_path / "x").exists()
