@@ -27,7 +27,7 @@ from loopserve.calibrate.allocator import steady_allocator
 from loopserve.calibrate.result import CalibrationResult
 from loopserve.errors import UserError
 from loopserve.outputs import env_info
-from loopserve.outputs.files import atomic_write_all, staged_dir, write_json
+from loopserve.outputs.files import atomic_write_all, check_writable, staged_dir, write_json
 from loopserve.runs import interrupts
 from loopserve.targets.load import check_real
 from sim.cost.features import FEATURE_NAMES
@@ -94,6 +94,7 @@ def main(args: argparse.Namespace, argv: list[str]) -> int:
                         "or a .json file")
     if out is not None and out.suffix == ".json" and out.is_dir():
         raise UserError("--out", f"{out} is a folder; name a .json file or a new folder")
+    check_writable(out or PROFILES_DIR / "x.json", "--out")  # before the measuring
     check_real(args.target)
     # Lazy: the backends and the calibration load torch, which only this command needs.
     with interrupts.importing():
