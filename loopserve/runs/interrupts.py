@@ -1,7 +1,7 @@
 """SIGINT and SIGTERM end a command cleanly: exit 128 + signal, one line, nothing written.
 
 While the work runs (``deferred``) a signal only sets a flag that the run loop checks
-between runs (``check``): raising KeyboardInterrupt inside the mypyc-compiled core or
+between runs (``check``) and the simulation loop between steps (``sim.stop``): raising KeyboardInterrupt inside the mypyc-compiled core or
 simulator can abort the process (issue 13). While files are written (``immediate``) a
 signal raises at once, so the staging folder is removed on the way out. A second signal
 during deferred work ends the process at once (``os._exit``, nothing having been written
@@ -20,6 +20,9 @@ import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from types import FrameType
+
+from sim import stop as sim_stop
+from sim.errors import SimulationStopped
 
 SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
@@ -50,6 +53,7 @@ def _defer(signum: int, frame: FrameType | None) -> None:
             os._exit(128 + signum)
         raise Interrupted(signum)
     _pending.append(signum)
+    sim_stop.request()  # a running simulation ends after its step
 
 
 def _raise(signum: int, frame: FrameType | None) -> None:
@@ -77,13 +81,18 @@ def deferred(hard_exit: bool = True) -> Iterator[None]:
     """Signals set a flag (see ``check``); one still pending at the end raises then. With
     ``hard_exit`` (nothing may be staged inside), a second signal ends the process."""
     _pending.clear()
+    sim_stop.clear()
     _hard_exit[0] = hard_exit
     try:
         with _handlers(_defer):
             yield
         check()
+    except SimulationStopped:  # the simulation loop saw the flag: the signal's exit
+        check()
+        raise
     finally:
         _pending.clear()
+        sim_stop.clear()
         _hard_exit[0] = False
 
 
