@@ -204,7 +204,7 @@ def load_run(path: str | Path, label: str = "") -> RunData:
     p = Path(path)
     if not p.is_dir():
         raise UserError("run_dir", f"{p}: no such run folder")
-    missing = [name for name in REQUIRED_FILES if not (p / name).is_file()]
+    missing = [name for name in REQUIRED_FILES if not (p / name).exists()]
     missing += [f"{name}.parquet (or .csv)" for name in REQUIRED_TABLES
                 if find_table(p, name) is None]
     if missing:

@@ -1,8 +1,9 @@
 """SIGINT and SIGTERM end a command cleanly: exit 128 + signal, one line, nothing written.
 
 While the work runs (``deferred``) a signal only sets a flag that the run loop checks
-between runs (``check``) and the simulation loop between steps (``sim.stop``): raising KeyboardInterrupt inside the mypyc-compiled core or
-simulator can abort the process (issue 13). While files are written (``immediate``) a
+between runs (``check``) and the simulation loop between steps (``sim.stop``), so one
+SIGTERM ends a long run within a step: raising KeyboardInterrupt inside the mypyc-compiled
+core or simulator can abort the process. While files are written (``immediate``) a
 signal raises at once, so the staging folder is removed on the way out. A second signal
 during deferred work ends the process at once (``os._exit``, nothing having been written
 yet, and no exception raised inside compiled code), or raises where ``hard_exit`` is off.

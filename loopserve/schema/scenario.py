@@ -191,7 +191,7 @@ class Scenario(StrictModel):
     @field_validator("model")
     @classmethod
     def _model(cls, v: str) -> str:
-        if v in MODEL_SHAPES or (Path(v) / "config.json").is_file():
+        if v in MODEL_SHAPES or (Path(v) / "config.json").exists():  # read: schema.build
             return v
         raise ValueError(
             f"unknown preset {v!r}; use one of {'|'.join(MODEL_SHAPES)} or a checkpoint "
