@@ -110,12 +110,14 @@ def atomic_write_all(items: Sequence[tuple[Path, str | bytes]]) -> None:
         with interrupts.shielded():
             for tmp, path in temps:
                 os.replace(tmp, path)
-    except BaseException:
+    except BaseException as exc:
         for tmp, _ in temps:
             Path(tmp).unlink(missing_ok=True)
         for folder in reversed(created):
             if folder.exists() and not any(folder.iterdir()):
                 folder.rmdir()
+        if isinstance(exc, OSError) and items:
+            raise write_error(exc, items[-1][0]) from None
         raise
 
 
@@ -145,11 +147,13 @@ def staged_dir(dest: Path) -> Iterator[Path]:
         umask = os.umask(0)
         os.umask(umask)
         tmp.chmod(0o777 & ~umask)
-    except BaseException:
+    except BaseException as exc:
         shutil.rmtree(tmp, ignore_errors=True)
         for folder in created:
             if folder.exists() and not any(folder.iterdir()):
                 folder.rmdir()
+        if isinstance(exc, OSError):  # disk full, quota, file too large, I/O error
+            raise write_error(exc, dest) from None
         raise
     with interrupts.shielded():
         _publish(tmp, dest, inside)
@@ -178,6 +182,15 @@ def _publish(tmp: Path, dest: Path, inside: bool) -> None:
         kept = tmp
     raise UserError("--out", f"cannot publish the results as {dest} ({reason}); the finished "
                     f"results are kept in {kept}")
+
+
+def write_error(exc: OSError, dest: Path) -> UserError:
+    """A failed write into ``dest`` (the disk full, a quota, an I/O error) as one line;
+    pyarrow's OSErrors carry their reason in the text, not in ``strerror``."""
+    reason = exc.strerror or (str(exc).splitlines() or ["write failed"])[0]
+    where = f" ({Path(exc.filename).name})" if exc.filename else ""
+    return UserError("--out", f"cannot write {dest}{where}: {reason}; nothing was written, "
+                     "free space or pick another folder")
 
 
 def remove_leftovers(parent: Path) -> None:

@@ -253,7 +253,7 @@ def _run(case: Case, d: Path, read_err: object = None) -> dict[str, object]:
     err = io.StringIO()
     rc, tb = None, None
     try:
-        with contextlib.redirect_stderr(err):
+        with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
             rc = main([a.replace("{d}", str(d)) for a in case.argv])
     except SystemExit as done:  # argparse's usage errors
         rc = done.code  # type: ignore[assignment]
@@ -269,29 +269,67 @@ def _tree(d: Path) -> set[Path]:
     return {p.relative_to(d) for p in d.rglob("*")}
 
 
-def tally(cases: list[Case] = CASES) -> dict[str, dict[str, int]]:
-    """Every case run once, counted per kind: exit 2 as the table says, a traceback (an
-    exception escaping ``main``), a silent accept (exit 0 where an error belongs), a partial
-    write (a failing case left files), a loss (finished results not where ``keeps`` says)."""
+def tally(cases: list[Case] = CASES, timeout_s: int = 120,
+          memory_bytes: int = 4 << 30) -> dict[str, dict[str, int]]:
+    """Every case run once in a forked child (``timeout_s`` and ``memory_bytes`` bound it, so
+    a case that hangs or grows without bound on unguarded code is counted, not waited for),
+    counted per kind: exit 2 as the table says, a traceback (an exception escaping ``main``,
+    MemoryError included), a silent accept (exit 0 where an error belongs), a partial write (a
+    failing case left files), a loss (finished results not where ``keeps`` says), a timeout."""
     os.environ[LIMIT_ENV] = str(8 << 30)
-    keys = ("cases", "exit 2", "tracebacks", "silent accepts", "partial writes", "losses")
+    keys = ("cases", "exit 2", "tracebacks", "silent accepts", "partial writes", "losses",
+            "timeouts")
     counts = {k: dict.fromkeys(keys, 0) for k in "ABCDE"}
     for case in cases:
         c = counts[case.kind]
         c["cases"] += 1
-        with tempfile.TemporaryDirectory() as tmp:
-            out = _run(case, Path(tmp))
+        out = _forked(case, timeout_s, memory_bytes)
+        if out is None:
+            c["timeouts"] += 1
+            continue
         if out["traceback"] is not None:
             c["tracebacks"] += 1
             continue
-        err = str(out["err"])
         if case.fragment is not None:
-            c["exit 2"] += out["rc"] == 2 and len(err.splitlines()) == 1 \
-                and case.fragment.replace("{d}", tmp) in err
+            c["exit 2"] += bool(out["as_expected"])
             c["silent accepts"] += out["rc"] == 0
         c["partial writes"] += bool(out["partial"])
         c["losses"] += bool(out["lost"])
     return counts
+
+
+def _forked(case: Case, timeout_s: int, memory_bytes: int) -> dict[str, object] | None:
+    """``_run`` in a child process bounded in time and memory; None when it ran past
+    ``timeout_s`` or was killed."""
+    import resource
+    import signal
+
+    read_fd, write_fd = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: run the case, send its outcome as JSON, never return
+        os.close(read_fd)
+        code = 0
+        try:
+            resource.setrlimit(resource.RLIMIT_AS, (memory_bytes, memory_bytes))
+            signal.alarm(timeout_s)
+            with tempfile.TemporaryDirectory() as tmp:
+                try:
+                    out = _run(case, Path(tmp))
+                except MemoryError:
+                    out = {"traceback": "MemoryError"}
+                err = str(out.get("err", ""))
+                out["as_expected"] = case.fragment is not None and out.get("rc") == 2 and \
+                    len(err.splitlines()) == 1 and case.fragment.replace("{d}", tmp) in err
+            with os.fdopen(write_fd, "w") as pipe:
+                json.dump({k: v for k, v in out.items() if k != "err"}, pipe)
+        except BaseException:  # noqa: BLE001 - the child must end here whatever happens
+            code = 1
+        os._exit(code)
+    os.close(write_fd)
+    with os.fdopen(read_fd) as pipe:
+        text = pipe.read()
+    _, status = os.waitpid(pid, 0)
+    return json.loads(text) if text and os.WIFEXITED(status) else None
 
 
 if __name__ == "__main__":  # python -m tests.loopserve.test_bad_input
