@@ -22,9 +22,6 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from types import FrameType
 
-from sim import stop as sim_stop
-from sim.errors import SimulationStopped
-
 SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
 
@@ -54,7 +51,9 @@ def _defer(signum: int, frame: FrameType | None) -> None:
             os._exit(128 + signum)
         raise Interrupted(signum)
     _pending.append(signum)
-    sim_stop.request()  # a running simulation ends after its step
+    sim_stop = sys.modules.get("sim.stop")  # loaded by ``deferred``
+    if sim_stop is not None:
+        sim_stop.request()  # a running simulation ends after its step
 
 
 def _raise(signum: int, frame: FrameType | None) -> None:
@@ -81,6 +80,11 @@ def _handlers(handler: signal._HANDLER) -> Iterator[None]:
 def deferred(hard_exit: bool = True) -> Iterator[None]:
     """Signals set a flag (see ``check``); one still pending at the end raises then. With
     ``hard_exit`` (nothing may be staged inside), a second signal ends the process."""
+    # here, not at the top: this module loads before the imports a signal may interrupt
+    # (loopserve.entry), and sim's package imports numpy and simpy
+    from sim import stop as sim_stop
+    from sim.errors import SimulationStopped
+
     _pending.clear()
     sim_stop.clear()
     _hard_exit[0] = hard_exit

@@ -184,3 +184,24 @@ def test_sigint_while_the_command_loads_its_modules_exits_130(
     proc = _start(tmp_path, "scenarios/interference.yaml")
     rc, err = _interrupt(proc, signal.SIGINT, delay_s)
     _assert_clean_exit(rc, err, signal.SIGINT, tmp_path)
+
+
+def test_the_entry_point_loads_nothing_a_signal_could_cut() -> None:
+    # the console script imports loopserve.entry before any handler is set: it must be light
+    code = ("import sys, loopserve.entry; "
+            "print(','.join(m for m in ('numpy', 'pydantic', 'sim', 'simpy') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True, cwd=REPO)
+    assert out.stdout.strip() == ""
+
+
+@pytest.mark.parametrize("delay_s", [0.2, 0.6])
+def test_sigint_while_the_console_script_loads_exits_130(tmp_path: Path, delay_s: float) -> None:
+    script = Path(sys.executable).parent / "loopserve"  # what `make setup` installs
+    proc = subprocess.Popen(
+        [str(script), "run", "scenarios/interference.yaml", "--no-progress", "--out",
+         str(tmp_path / "out")], cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        text=True)
+    rc, err = _interrupt(proc, signal.SIGINT, delay_s)
+    assert "Traceback" not in err
+    _assert_clean_exit(rc, err, signal.SIGINT, tmp_path)
