@@ -1,5 +1,5 @@
-"""``python -m loopserve`` is the ``loopserve`` command (``loopserve.entry``)."""
+"""``python -m loopserve`` is the ``loopserve`` command (``loopserve.cli.run``)."""
 
-from loopserve.entry import run
+from loopserve.cli import run
 
 run()

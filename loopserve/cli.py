@@ -10,21 +10,11 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import signal
 import sys
 from collections.abc import Sequence
 from typing import NoReturn
 
-from loopserve.commands import (
-    bench_serve,
-    calibrate,
-    capacity,
-    e2e,
-    exit_profile,
-    fidelity,
-    report,
-    run,
-    serve,
-)
 from loopserve.errors import UserError
 from loopserve.runs import interrupts
 from loopserve.runs.interrupts import Interrupted
@@ -40,12 +30,27 @@ class _Parser(argparse.ArgumentParser):
 
 
 def build_parser() -> argparse.ArgumentParser:
+    # here, not at the top: the console script imports this module before any signal handler
+    # is set (``run``), and the commands import pydantic, numpy and pandas
+    from loopserve.commands import (
+        bench_serve,
+        calibrate,
+        capacity,
+        e2e,
+        exit_profile,
+        fidelity,
+        report,
+        run,
+        serve,
+    )
+
     p = _Parser(
         prog="loopserve",
         description="Serving engine and simulator for looped language models.",
     )
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    for command in (run, capacity, report, calibrate, exit_profile, fidelity, serve, bench_serve, e2e):
+    for command in (run, capacity, report, calibrate, exit_profile, fidelity, serve,
+                    bench_serve, e2e):
         command.add_parser(sub)
     return p
 
@@ -71,5 +76,20 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 130
 
 
-if __name__ == "__main__":
-    sys.exit(main())
+def run() -> NoReturn:
+    """The ``loopserve`` console script and ``python -m loopserve``: load the commands with
+    signals held, run the command, exit with its status. A signal during the imports (a
+    second or more) ends it with the same one line as one during the work, never a
+    KeyboardInterrupt traceback; one after the exit status is decided changes nothing."""
+    try:
+        # immediate from here on: no gap before the command's own handlers (main)
+        with interrupts.immediate():
+            with interrupts.importing():  # held until the imports end
+                build_parser()  # imports every command
+            status = main()
+    except Interrupted as sig:
+        print(f"loopserve: interrupted by {sig}; nothing written", file=sys.stderr)
+        sys.exit(sig.exit_status)
+    for s in interrupts.SIGNALS:
+        signal.signal(s, signal.SIG_IGN)
+    sys.exit(status)

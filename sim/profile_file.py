@@ -38,9 +38,12 @@ def read_versioned(source: str | Path | dict[str, Any], model: type[M], *, fmt: 
         try:
             data = parse_json(text, source)
         except FileReadError as exc:
-            at = f"line {exc.line}, column {exc.column}: " if exc.line is not None else ""
+            reason = exc.reason
+            if exc.line is not None and reason.startswith("not valid JSON ("):
+                reason = (f"not valid JSON (line {exc.line}, column {exc.column}: "
+                          f"{reason.removeprefix('not valid JSON (')}")
             raise ValueError(
-                f"{where}: {at}{exc.reason}; the file is corrupt or truncated, {fix}"
+                f"{where}: {reason}; the file is corrupt or truncated, {fix}"
             ) from None
     if not isinstance(data, dict) or data.get("format") != fmt:
         found = data.get("format") if isinstance(data, dict) else type(data).__name__

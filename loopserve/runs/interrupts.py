@@ -81,7 +81,7 @@ def deferred(hard_exit: bool = True) -> Iterator[None]:
     """Signals set a flag (see ``check``); one still pending at the end raises then. With
     ``hard_exit`` (nothing may be staged inside), a second signal ends the process."""
     # here, not at the top: this module loads before the imports a signal may interrupt
-    # (loopserve.entry), and sim's package imports numpy and simpy
+    # (loopserve.cli.run), and sim's package imports numpy and simpy
     from sim import stop as sim_stop
     from sim.errors import SimulationStopped
 

@@ -182,7 +182,7 @@ CASES: list[Case] = [Case(*row) for row in FIRST_ROUND] + [
          ["report", "{d}/r", "--out", "{d}/rep"], "summary.json: not the shape"),
     Case("profile-json-syntax", "C", both(text("p.json", '{"format": \n  "x",,}'), scenario(
         cost={"kind": "calibrated", "profile": "p.json"})), RUN,
-         "line 2, column 7: not valid JSON (Expecting property name"),
+         "not valid JSON (line 2, column 7: Expecting property name"),
     Case("trace-jsonl-bad-line", "C", both(text("t.jsonl", '{"arrival_s": 0, "prompt_tokens": '
                                                 '1, "output_tokens": 1}\n{"a": }\n'),
                                            scenario(workload={"kind": "trace",
@@ -277,8 +277,8 @@ def tally(cases: list[Case] = CASES, timeout_s: int = 120,
     MemoryError included), a silent accept (exit 0 where an error belongs), a partial write (a
     failing case left files), a loss (finished results not where ``keeps`` says), a timeout."""
     os.environ[LIMIT_ENV] = str(8 << 30)
-    keys = ("cases", "exit 2", "tracebacks", "silent accepts", "partial writes", "losses",
-            "timeouts")
+    keys = ("cases", "exit 2", "exit 0 as asked", "tracebacks", "silent accepts",
+            "partial writes", "losses", "timeouts")
     counts = {k: dict.fromkeys(keys, 0) for k in "ABCDE"}
     for case in cases:
         c = counts[case.kind]
@@ -287,14 +287,14 @@ def tally(cases: list[Case] = CASES, timeout_s: int = 120,
         if out is None:
             c["timeouts"] += 1
             continue
-        if out["traceback"] is not None:
-            c["tracebacks"] += 1
-            continue
+        c["tracebacks"] += out["traceback"] is not None
+        c["partial writes"] += bool(out.get("partial"))
+        c["losses"] += bool(out.get("lost"))  # a traceback may have deleted the results too
         if case.fragment is not None:
             c["exit 2"] += bool(out["as_expected"])
-            c["silent accepts"] += out["rc"] == 0
-        c["partial writes"] += bool(out["partial"])
-        c["losses"] += bool(out["lost"])
+            c["silent accepts"] += out.get("rc") == 0
+        else:
+            c["exit 0 as asked"] += out.get("rc") == 0 and not out.get("lost")
     return counts
 
 
@@ -316,7 +316,7 @@ def _forked(case: Case, timeout_s: int, memory_bytes: int) -> dict[str, object] 
                 try:
                     out = _run(case, Path(tmp))
                 except MemoryError:
-                    out = {"traceback": "MemoryError"}
+                    out = {"traceback": "MemoryError", "lost": bool(case.keeps)}
                 err = str(out.get("err", ""))
                 out["as_expected"] = case.fragment is not None and out.get("rc") == 2 and \
                     len(err.splitlines()) == 1 and case.fragment.replace("{d}", tmp) in err

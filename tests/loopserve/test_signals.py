@@ -187,8 +187,8 @@ def test_sigint_while_the_command_loads_its_modules_exits_130(
 
 
 def test_the_entry_point_loads_nothing_a_signal_could_cut() -> None:
-    # the console script imports loopserve.entry before any handler is set: it must be light
-    code = ("import sys, loopserve.entry; "
+    # the console script imports loopserve.cli before any handler is set: it must be light
+    code = ("import sys, loopserve.cli; "
             "print(','.join(m for m in ('numpy', 'pydantic', 'sim', 'simpy') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          check=True, cwd=REPO)
