@@ -76,6 +76,9 @@ def parse_slo(text: str) -> dict[str, float]:
             raise UserError("--slo", f"{item!r}: {value!r} is not a number of ms") from None
         if not (limit > 0 and np.isfinite(limit)):
             raise UserError("--slo", f"{item!r}: the limit must be a number of ms > 0")
+        if key in out:  # the last would win without a word
+            raise UserError("--slo", f"{key} given twice ({out[key]:g} and {limit:g}); give "
+                            "each once")
         out[key] = limit
     if not out:
         raise UserError("--slo", "empty; give e.g. ttft_p99_ms=200,itl_p99_ms=10")

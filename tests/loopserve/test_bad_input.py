@@ -202,6 +202,13 @@ CASES: list[Case] = [Case(*row) for row in FIRST_ROUND] + [
     Case("arm-overrides-alias-collision", "D", scenario(arm_overrides={
         "A0": {"max_num_seqs": 2}, "atomic": {"max_num_seqs": 3}}), RUN,
          "arm_overrides.atomic: names the same arm as A0 (atomic); merge them"),
+    Case("goodput-key-twice", "D", scenario(), [*RUN, "--goodput", "ttft:100", "ttft:200"],
+         "--goodput: ttft given twice (100 and 200); give each once"),
+    Case("goodput-inf", "C", scenario(), [*RUN, "--goodput", "ttft:inf"],
+         "--goodput: 'ttft:inf': the SLO must be a finite number >= 0 ms"),
+    Case("slo-key-twice", "D", scenario(workload=poisson()),
+         ["capacity", "{d}/s.yaml", "--slo", "itl_p99_ms=10,itl_p99_ms=20"],
+         "--slo: itl_p99_ms given twice (10 and 20); give each once"),
     Case("yaml-yes-is-no-boolean", "D", text("s.yaml", yaml_text(outputs="{tokens: yes}")),
          RUN, "outputs.tokens: Input should be a valid boolean, got 'yes'"),
     Case("yaml-sexagesimal-seed", "D", text("s.yaml", yaml_text(seed="1:30")), RUN,
