@@ -119,7 +119,15 @@ def _csv_rows(path: Path, text: str) -> Iterator[tuple[int, dict[str, Any]]]:
     if missing:
         raise ValueError(f"{path}:1: column {missing[0]}: missing from the header "
                          f"(need {', '.join(REQUIRED_COLUMNS)})")
-    for row in reader:
+    rows = iter(reader)
+    while True:
+        try:
+            row = next(rows)
+        except StopIteration:
+            return
+        except csv.Error as exc:  # a NUL byte, a field past csv's size limit
+            # the row that failed starts on the line after the last one read in full
+            raise ValueError(f"{path}:{reader.line_num + 1}: not a CSV row ({exc})") from None
         if None in row:
             raise ValueError(f"{path}:{reader.line_num}: column {len(header) + 1}: "
                              f"more fields than the header's {len(header)}")

@@ -188,6 +188,14 @@ CASES: list[Case] = [Case(*row) for row in FIRST_ROUND] + [
                                            scenario(workload={"kind": "trace",
                                                               "path": "t.jsonl"})),
          RUN, "t.jsonl:2: column 7: not valid JSON (Expecting value)"),
+    Case("trace-csv-nul-byte", "C", both(text("t.csv", "arrival_s,prompt_tokens,output_tokens\n"
+                                              "0,1,1\n0,\x00,1\n"),
+                                         scenario(workload={"kind": "trace", "path": "t.csv"})),
+         RUN, "t.csv:3: column prompt_tokens: expected an integer >= 1, got '\\x00'"),
+    Case("trace-csv-huge-field", "C", both(text("t.csv", "arrival_s,prompt_tokens,output_tokens\n"
+                                                "0,1,1\n0,1," + "9" * 200_000 + "\n"),
+                                           scenario(workload={"kind": "trace", "path": "t.csv"})),
+         RUN, "t.csv:3: not a CSV row (field larger than field limit"),
     # D: anything accepted has an effect, or is refused with the reason
     Case("profile-negative-coefficient", "D", both(text("p.json", json.dumps(
         NAN_PROFILE)), scenario(cost={"kind": "calibrated", "profile": "p.json"})), RUN,
