@@ -284,9 +284,10 @@ def _tree(d: Path) -> set[Path]:
     return {p.relative_to(d) for p in d.rglob("*")}
 
 
-def tally(cases: list[Case] = CASES, timeout_s: int = 120,
-          memory_bytes: int = 4 << 30) -> dict[str, dict[str, int]]:
-    """Every case run once in a forked child (``timeout_s`` and ``memory_bytes`` bound it, so
+def tally(cases: list[Case] = CASES, timeout_s: int = 60,
+          memory_bytes: int = 6 << 30) -> dict[str, dict[str, int]]:
+    """Every case run once in a forked child (``timeout_s`` and ``memory_bytes`` of address
+    space, a few GiB of which the imports reserve, bound it, so
     a case that hangs or grows without bound on unguarded code is counted, not waited for),
     counted per kind: exit 2 as the table says, a traceback (an exception escaping ``main``,
     MemoryError included), a silent accept (exit 0 where an error belongs), a partial write (a
