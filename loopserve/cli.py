@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import importlib
+import signal
 import sys
 from collections.abc import Sequence
 from typing import NoReturn
@@ -78,5 +79,20 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 130
 
 
-if __name__ == "__main__":
-    sys.exit(main())
+def run() -> NoReturn:
+    """The ``loopserve`` console script and ``python -m loopserve``: load the command's module
+    with signals held, run the command, exit with its status. A signal during the imports (a
+    second or more) ends it with the same one line as one during the work, never a
+    KeyboardInterrupt traceback; one after the exit status is decided changes nothing."""
+    try:
+        # immediate from here on: no gap before the command's own handlers (main)
+        with interrupts.immediate():
+            with interrupts.importing():  # held until the imports end
+                build_parser(_command_of(sys.argv[1:]), full=False)  # the command's module
+            status = main()
+    except Interrupted as sig:
+        print(f"loopserve: interrupted by {sig}; nothing written", file=sys.stderr)
+        sys.exit(sig.exit_status)
+    for s in interrupts.SIGNALS:
+        signal.signal(s, signal.SIG_IGN)
+    sys.exit(status)

@@ -4,6 +4,10 @@ from __future__ import annotations
 
 import re
 
+# a message past this many characters is cut in the middle: an offending value of megabytes
+# must not become a megabyte line (paths and the fix at either end survive)
+MAX_MESSAGE_CHARS = 400
+
 # "scheduler.max_num_seqs: must be ..." -> field "scheduler.max_num_seqs"
 _FIELD_PREFIX = re.compile(r"^([A-Za-z_][\w\-\[\]]*(?:\.[\w\-\[\]]+)*): (.+)$", re.DOTALL)
 
@@ -13,7 +17,7 @@ class UserError(Exception):
 
     def __init__(self, field: str, message: str) -> None:
         self.field = field
-        self.message = " ".join(str(message).split())  # always one line
+        self.message = _bounded(" ".join(str(message).split()))  # always one short line
         super().__init__(f"{field}: {self.message}")
 
     @classmethod
@@ -25,3 +29,19 @@ class UserError(Exception):
         if context:
             message = f"{message} ({context})"
         return cls(field, message)
+
+
+def _bounded(text: str) -> str:
+    if len(text) <= MAX_MESSAGE_CHARS:
+        return text
+    half = MAX_MESSAGE_CHARS // 2 - 10
+    return f"{text[:half]} ...[{len(text) - 2 * half} characters]... {text[-half:]}"
+
+
+def short_repr(value: object, limit: int = 80) -> str:
+    """``repr(value)`` cut to ``limit`` characters (a list of 10^6 items names its size)."""
+    text = repr(value)
+    if len(text) <= limit:
+        return text
+    size = f" ({len(value)} items)" if isinstance(value, (list, tuple, dict, set)) else ""
+    return f"{text[:limit - 3]}...{size}"

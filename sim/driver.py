@@ -32,8 +32,9 @@ from engine.core.records import ArrivalSource, RunRecorder, RunRecords
 from engine.core.run_loop import StepLoop, stall_message
 from sim.cost.base import CostModel
 from sim.cost.waits import Waits
-from sim.errors import SimulationDeadlock
+from sim.errors import SimulationDeadlock, SimulationStopped
 from sim.executor import SimExecutor
+from sim.stop import REQUESTED as STOP_REQUESTED
 
 
 class _SimRun:
@@ -115,6 +116,8 @@ class _SimRun:
             if feeder.next_due_s <= end:
                 yield env.timeout(end - env.now)
             loop.after_step(batch, result, start, end)
+            if STOP_REQUESTED[0]:  # a signal arrived: end within a step (sim.stop)
+                raise SimulationStopped(f"stopped at step {batch.step}")
         loop.drain()  # nothing left for a runner to release
 
     def run(self) -> RunRecords:

@@ -6,3 +6,8 @@ from __future__ import annotations
 
 class SimulationDeadlock(RuntimeError):
     """The core holds work but schedules nothing, and no arrival can change that."""
+
+
+class SimulationStopped(BaseException):
+    """A stop was requested (``sim.stop.request``): the run ends between two steps, its rows
+    unfinished. BaseException, as KeyboardInterrupt is: no ``except Exception`` keeps it."""

@@ -43,7 +43,7 @@ EXIT_PROFILE_FORMAT = "loopserve-exit-profile/1"
 class ExitProvenance(BaseModel):
     """What was measured, from which weights and prompts."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
     model: str
     checkpoint_sha256: str | None = None  # None: seeded random weights of a preset
@@ -63,7 +63,7 @@ class ExitProvenance(BaseModel):
 class LookaheadScores(BaseModel):
     """random_lookahead's frozen head (``seed``): its score per row and depth."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
     seed: int
     scores: list[list[float]]
@@ -72,7 +72,7 @@ class LookaheadScores(BaseModel):
 class ExitProfile(BaseModel):
     """Measured per-token gate vectors (see the module docstring for the file)."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
     format: str = EXIT_PROFILE_FORMAT
     model: str

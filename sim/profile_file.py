@@ -4,11 +4,12 @@ every failure into one ``ValueError`` line that names the file and the fix."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any, TypeVar
 
 from pydantic import BaseModel, ValidationError
+
+from engine.core.guarded_read import FileReadError, parse_json, read_text
 
 M = TypeVar("M", bound=BaseModel)
 
@@ -31,16 +32,18 @@ def read_versioned(source: str | Path | dict[str, Any], model: type[M], *, fmt: 
     else:
         where = f"{where}: {source}"
         try:
-            text = Path(source).read_text(encoding="utf-8")
-        except (OSError, UnicodeDecodeError) as exc:
-            reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else exc
-            raise ValueError(f"{where}: cannot read the file ({reason})") from None
+            text = read_text(source)
+        except FileReadError as exc:
+            raise ValueError(f"{where}: cannot read the file ({exc.reason})") from None
         try:
-            data = json.loads(text)
-        except json.JSONDecodeError as exc:
+            data = parse_json(text, source)
+        except FileReadError as exc:
+            reason = exc.reason
+            if exc.line is not None and reason.startswith("not valid JSON ("):
+                reason = (f"not valid JSON (line {exc.line}, column {exc.column}: "
+                          f"{reason.removeprefix('not valid JSON (')}")
             raise ValueError(
-                f"{where}: not valid JSON (line {exc.lineno}, column {exc.colno}: {exc.msg}); "
-                f"the file is corrupt or truncated, {fix}"
+                f"{where}: {reason}; the file is corrupt or truncated, {fix}"
             ) from None
     if not isinstance(data, dict) or data.get("format") != fmt:
         found = data.get("format") if isinstance(data, dict) else type(data).__name__

@@ -13,6 +13,7 @@ import torch
 from safetensors import SafetensorError, safe_open
 from safetensors.torch import save_file
 
+from engine.core.guarded_read import read_json
 from engine.model.alloc import default_dtype, empty_model
 from engine.model.config import OuroConfig
 from engine.model.ouro import OuroForCausalLM
@@ -24,7 +25,13 @@ def read_config(path: str | Path) -> OuroConfig:
     cfg_path = Path(path) / "config.json"
     if not cfg_path.is_file():
         raise ValueError(f"checkpoint {str(path)!r}: no config.json")
-    return OuroConfig.from_hf_dict(json.loads(cfg_path.read_text()))
+    raw = read_json(cfg_path)  # FileReadError (a ValueError) names the file and position
+    if not isinstance(raw, dict):
+        raise ValueError(f"{cfg_path}: must hold a JSON object, not {type(raw).__name__}")
+    try:
+        return OuroConfig.from_hf_dict(raw)
+    except (ValueError, TypeError) as err:
+        raise ValueError(f"{cfg_path}: {str(err).removeprefix('config.json: ')}") from None
 
 
 def _shape(t: tuple[int, ...] | torch.Size) -> str:

@@ -197,3 +197,28 @@ def measure_exit_profile(
                        lookahead=LookaheadScores(seed=lookahead_seed, scores=[
                            [float(v) for v in r if v is not None] for r in scores]),
                        regimes=measured or None)
+
+
+# what ``loopserve calibrate`` measures beside the cost profile (``exit-profile``'s defaults;
+# ``--quick`` fewer): prompts, output tokens each, and the exit policies of the regimes
+CALIBRATE_PROMPTS = (96, 16)
+CALIBRATE_TOKENS = (48, 16)
+CALIBRATE_THRESHOLDS = (0.5, 0.6, 0.7, 0.8, 0.9)
+
+
+def calibration_exit_profile(*, model: str, target: str, seed: int, threads: int, quick: bool,
+                             command: list[str] | None = None) -> ExitProfile:
+    """The exit profile ``loopserve calibrate`` writes as ``<stem>.exits.json`` beside the
+    cost profile, so a simulation of adaptive exits after calibrating draws measured gates
+    (``loopserve exit-profile`` stays for a scenario's own prompts and policy)."""
+    from loopserve.schema.build import model_shape
+
+    num = CALIBRATE_PROMPTS[quick]
+    prompts = generated_prompts(num, model_shape(model).vocab_size, seed)
+    regimes = [ExitConfig(mode="ouro", exit_threshold=t, seed=0) for t in CALIBRATE_THRESHOLDS]
+    return measure_exit_profile(
+        model=model, prompts=prompts, max_tokens=CALIBRATE_TOKENS[quick], target=target,
+        seed=seed, threads=threads, command=command, regimes=regimes,
+        prompt_source=f"generated: {num} random-token prompts of 16-128 tokens, seed {seed} "
+                      "(loopserve calibrate)")
+

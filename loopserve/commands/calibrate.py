@@ -6,8 +6,11 @@
 Default output: ``results/profiles/<hardware>-<model>.json`` (hardware ``cpu`` or the GPU's
 short name, e.g. ``h200``) with ``<stem>.env.json`` and ``<stem>.steps.csv`` (every measured
 shape and host gap: features, measured median, prediction) beside it. ``--out X.json`` writes
-those three files there instead; ``--out DIR`` writes ``DIR/<hardware>-<model>.json``,
-``DIR/env.json`` and ``DIR/steps.csv`` into a new folder. Files appear complete or not at all.
+those files there instead; ``--out DIR`` writes ``DIR/<hardware>-<model>.json``,
+``DIR/env.json`` and ``DIR/steps.csv`` into a new folder. Beside the profile, its exit profile
+``<stem>.exits.json`` (``loopserve.calibrate.exits.calibration_exit_profile``: the gates of
+generated prompts at full depth and under ouro@0.5-0.9), which a simulation of adaptive exits
+on this cost profile reads. Files appear complete or not at all.
 """
 
 from __future__ import annotations
@@ -28,13 +31,14 @@ from loopserve.calibrate.result import CalibrationResult
 from loopserve.commands import command_help
 from loopserve.errors import UserError
 from loopserve.outputs import env_info
-from loopserve.outputs.files import atomic_write_all, staged_dir, write_json
+from loopserve.outputs.files import atomic_write_all, check_writable, staged_dir, write_json
 from loopserve.runs import interrupts
 from loopserve.targets.load import check_real
 from sim.cost.features import FEATURE_NAMES
 from sim.cost.fit import Sample
 from sim.cost.profile import profile_json
 from sim.cost.resolve import PROFILES_DIR
+from sim.exit_profile import exit_profile_json
 
 DEFAULT_MAX_SECONDS = 60.0
 DEFAULT_REPEATS = 5
@@ -95,10 +99,12 @@ def main(args: argparse.Namespace, argv: list[str]) -> int:
                         "or a .json file")
     if out is not None and out.suffix == ".json" and out.is_dir():
         raise UserError("--out", f"{out} is a folder; name a .json file or a new folder")
+    check_writable(out or PROFILES_DIR / "x.json", "--out")  # before the measuring
     check_real(args.target)
     # Lazy: the backends and the calibration load torch, which only this command needs.
     with interrupts.importing():
         from kernels.attention import get_backend, resolve_backend
+        from loopserve.calibrate.exits import calibration_exit_profile
         from loopserve.calibrate.job import calibrate
 
     backend = resolve_backend(args.attention_backend, args.target)  # auto: what will run
@@ -114,9 +120,12 @@ def main(args: argparse.Namespace, argv: list[str]) -> int:
                            block_size=block, backend=backend, seed=seed,
                            progress=not args.no_progress, command=argv,
                            allocator=allocator)
+        exits = calibration_exit_profile(model=args.model, target=args.target, seed=seed,
+                                         threads=threads, quick=args.quick, command=argv)
     except (ValueError, OSError, KeyError) as err:
         raise UserError.from_value_error(ValueError(str(err)), "--model") from None
-    written = write_outputs(result, out, argv=argv, started_s=started)
+    written = write_outputs(result, out, argv=argv, started_s=started,
+                            exits_text=exit_profile_json(exits))
     print(summary(result))
     print(f"profile: {written}  (calibrate took {time.time() - started:.1f} s)")
     return 0
@@ -142,8 +151,10 @@ def _csv_text(result: CalibrationResult) -> str:
 
 
 def write_outputs(result: CalibrationResult, out: Path | None, *, argv: list[str],
-                  started_s: float) -> Path:
-    """Write profile, env.json and steps CSV; returns the profile's path."""
+                  started_s: float, exits_text: str | None = None) -> Path:
+    """Write profile, env.json, steps CSV and, when measured, the exit profile
+    (``<stem>.exits.json``, read by simulations of adaptive exits); returns the profile's
+    path."""
     prof = result.profile
     stem = f"{prof.hardware}-{prof.model}"
     env = env_info.collect(target="cuda" if prof.hardware != "cpu" else "cpu",
@@ -157,10 +168,13 @@ def write_outputs(result: CalibrationResult, out: Path | None, *, argv: list[str
             write_json(tmp / "env.json", env)
             (tmp / "steps.csv").write_text(_csv_text(result))
             (tmp / f"{stem}.json").write_text(profile_text)
+            if exits_text is not None:
+                (tmp / f"{stem}.exits.json").write_text(exits_text)
         return out / f"{stem}.json"
     path = out if out is not None else PROFILES_DIR / f"{stem}.json"
+    exits = [] if exits_text is None else [(path.with_suffix(".exits.json"), exits_text)]
     atomic_write_all([(path.with_suffix(".env.json"), json.dumps(env, indent=2) + "\n"),
-                      (path.with_suffix(".steps.csv"), _csv_text(result)),
+                      (path.with_suffix(".steps.csv"), _csv_text(result)), *exits,
                       (path, profile_text)])  # last: its presence means the set is complete
     return path
 

@@ -24,14 +24,14 @@ which the scenario names as ``exit.profile``). The file appears complete or not 
 from __future__ import annotations
 
 import argparse
-import json
 import time
 from pathlib import Path
 
 from engine.core.config import ExitConfig
+from engine.core.guarded_read import FileReadError, parse_json, read_text
 from loopserve.commands import command_help
 from loopserve.errors import UserError
-from loopserve.outputs.files import atomic_write
+from loopserve.outputs.files import atomic_write, check_writable
 from loopserve.runs import interrupts
 from loopserve.schema.exit_spec import SIGNAL_EXIT_MODES as SIGNAL_MODES
 from loopserve.schema.scenario import Scenario
@@ -74,14 +74,11 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
 
 def _prompt_texts(path: Path) -> list[str]:
     try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise UserError("--prompts", f"cannot read {path} ({exc.strerror or exc})") from None
+        text = read_text(path)
+        data = parse_json(text, path) if path.suffix == ".json" else None
+    except FileReadError as exc:
+        raise UserError("--prompts", str(exc)) from None
     if path.suffix == ".json":
-        try:
-            data = json.loads(text)
-        except json.JSONDecodeError as exc:
-            raise UserError("--prompts", f"{path} is not valid JSON (line {exc.lineno})") from None
         turns = (e.get("conversations") for e in data if isinstance(e, dict)) \
             if isinstance(data, list) else iter(())
         out = [t[0]["value"] for t in turns if isinstance(t, list) and t
@@ -152,9 +149,12 @@ def main(args: argparse.Namespace, argv: list[str]) -> int:
             raise UserError(flag, f"must be >= 1, got {value}")
     if args.max_tokens < 2:
         raise UserError("--max-tokens", "must be >= 2 (the first token always runs all loops)")
-    out = Path(args.out) if args.out else None
+    out = Path(args.out).resolve() if args.out else None
     if out is not None and out.suffix != ".json":
         raise UserError("--out", f"{out}: name a .json file")
+    if out is not None and out.is_dir():
+        raise UserError("--out", f"{out} is a folder; name a .json file")
+    check_writable(out or PROFILES_DIR / "x.json", "--out")  # before the measuring
     if args.scenario is None and args.model is None:
         raise UserError("--model", "is required (a preset or checkpoint directory), or give "
                         "--scenario to measure on a scenario's model and workload")

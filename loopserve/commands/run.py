@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import sys
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -24,7 +25,7 @@ from loopserve.outputs.trace import write_trace
 from loopserve.outputs.vllm_run import ResultOptions, vllm_run_results
 from loopserve.report.page import write_run_report
 from loopserve.runs import equal_arms, interrupts
-from loopserve.runs.exit_source import exit_models
+from loopserve.runs.exit_source import exit_models, unmeasured_note
 from loopserve.runs.loop import RunResult, execute
 from loopserve.runs.metrics import metric
 from loopserve.runs.plan import TARGETS, Plan, plan_runs
@@ -90,6 +91,9 @@ def _main(args: argparse.Namespace, argv: list[str]) -> int:
     ray = ray_options(args)
     plan = plan_runs(scn, args.target)
     dest = files.run_destination(args.out, RESULTS_ROOT / scn.name, args.target)
+    note = unmeasured_note(plan.exits)
+    if note is not None:
+        print(f"loopserve: note: {note}", file=sys.stderr)
     # Deferred on the simulator only: its compiled driver must not see KeyboardInterrupt; the
     # real engine's loop is Python and stops at once.
     with interrupts.deferred() if plan.target == "sim" else contextlib.nullcontext():

@@ -7,6 +7,7 @@ same run gives the same bytes.
 from __future__ import annotations
 
 import csv
+import errno
 import json
 import os
 import shutil
@@ -36,26 +37,41 @@ def new_run_id(target: str, parent: Path) -> str:
 
 
 def run_destination(out: str | None, parent: Path, label: str) -> Path:
-    """The run folder: ``--out`` when given (it must not exist or be an empty folder), else a
-    new ``parent/<run-id>`` labelled ``label``."""
+    """The run folder: ``--out`` when given (it must not exist or be an empty folder; a
+    symlink, dangling or not, stands for its target), else a new ``parent/<run-id>``
+    labelled ``label``. Checked before any work."""
     if out is not None:
-        dest = Path(out)
+        dest = Path(out).resolve()  # a symlink's target: the rename must land there
         if dest.exists() and (not dest.is_dir() or any(dest.iterdir())):
             raise UserError("--out", f"{dest} exists and is not an empty folder; pick a new one")
         check_writable(dest, "--out")
         return dest
     check_writable(parent, "results")
-    return parent / new_run_id(label, parent)
+    return parent.resolve() / new_run_id(label, parent)
+
+
+def file_destination(out: str, field: str, *, force: bool = False) -> Path:
+    """A file destination (``--out FILE``) checked before any work: resolved through
+    symlinks, not a folder, its folder creatable and writable, and not an existing file
+    unless ``force``."""
+    dest = Path(out).resolve()
+    if dest.is_dir():
+        raise UserError(field, f"{dest} is a folder; give a file name")
+    if dest.exists() and not force:
+        raise UserError(field, f"{dest} exists; pick a new name or add --force to replace it")
+    check_writable(dest, field)
+    return dest
 
 
 def check_writable(dest: Path, field: str) -> None:
     """Before any work: the nearest existing folder above ``dest`` must be a folder this
     process can create files in (tried, not guessed from permission bits)."""
     base = dest.parent if not dest.exists() else dest
-    while not base.exists():
+    while not base.exists() and not base.is_symlink():
         base = base.parent
     if not base.is_dir():
-        raise UserError(field, f"cannot create {dest}: {base} is a file, not a folder")
+        what = "a dangling symlink" if base.is_symlink() else "a file"
+        raise UserError(field, f"cannot create {dest}: {base} is {what}, not a folder")
     try:
         tempfile.TemporaryDirectory(prefix=".loopserve-probe-", dir=base).cleanup()
     except OSError as err:
@@ -94,19 +110,27 @@ def atomic_write_all(items: Sequence[tuple[Path, str | bytes]]) -> None:
         with interrupts.shielded():
             for tmp, path in temps:
                 os.replace(tmp, path)
-    except BaseException:
+    except BaseException as exc:
         for tmp, _ in temps:
             Path(tmp).unlink(missing_ok=True)
         for folder in reversed(created):
             if folder.exists() and not any(folder.iterdir()):
                 folder.rmdir()
+        if isinstance(exc, OSError) and items:
+            raise write_error(exc, items[-1][0]) from None
         raise
 
 
 @contextmanager
 def staged_dir(dest: Path) -> Iterator[Path]:
-    """Yield a temp folder beside ``dest``; rename it to ``dest`` on success, delete it (and
-    any parent folder this call created) on failure."""
+    """Yield a staging folder on ``dest``'s filesystem and publish it as ``dest`` on success;
+    delete it (and any parent folder this call created) on failure.
+
+    A ``dest`` that does not exist is staged beside it and renamed. An existing empty folder
+    (a mount point, a symlink's target) is staged inside it, and its files are moved up.
+    When that last step cannot happen (someone wrote into ``dest`` or created it meanwhile)
+    the finished results are kept in a named folder and a UserError says where."""
+    dest = dest.resolve()
     created: list[Path] = []
     parent = dest.parent
     while not parent.exists():
@@ -114,22 +138,59 @@ def staged_dir(dest: Path) -> Iterator[Path]:
         parent = parent.parent
     for folder in reversed(created):
         folder.mkdir()
-    remove_leftovers(dest.parent)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{dest.name}.partial-{os.getpid()}-", dir=dest.parent))
+    inside = dest.is_dir()
+    home = dest if inside else dest.parent
+    remove_leftovers(home)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{dest.name}.partial-{os.getpid()}-", dir=home))
     try:
         yield tmp
         umask = os.umask(0)
         os.umask(umask)
         tmp.chmod(0o777 & ~umask)
-        if dest.is_dir() and not any(dest.iterdir()):
-            dest.rmdir()
-        os.rename(tmp, dest)
-    except BaseException:
+    except BaseException as exc:
         shutil.rmtree(tmp, ignore_errors=True)
         for folder in created:
             if folder.exists() and not any(folder.iterdir()):
                 folder.rmdir()
+        if isinstance(exc, OSError):  # disk full, quota, file too large, I/O error
+            raise write_error(exc, dest) from None
         raise
+    with interrupts.shielded():
+        _publish(tmp, dest, inside)
+
+
+def _publish(tmp: Path, dest: Path, inside: bool) -> None:
+    """Move the finished staging folder ``tmp`` to ``dest``; keep it under a named folder
+    when that cannot happen."""
+    try:
+        if inside:
+            others = [p.name for p in dest.iterdir() if p != tmp]
+            if others:
+                raise OSError(errno.ENOTEMPTY, f"{others[0]} appeared in it during the run")
+            for item in tmp.iterdir():
+                os.rename(item, dest / item.name)
+            tmp.rmdir()
+        else:
+            os.rename(tmp, dest)
+        return
+    except OSError as err:
+        reason = err.strerror or str(err)
+    kept = (dest if inside else dest.parent) / f"{dest.name}.kept-{os.getpid()}"
+    try:
+        os.rename(tmp, kept)
+    except OSError:
+        kept = tmp
+    raise UserError("--out", f"cannot publish the results as {dest} ({reason}); the finished "
+                    f"results are kept in {kept}")
+
+
+def write_error(exc: OSError, dest: Path) -> UserError:
+    """A failed write into ``dest`` (the disk full, a quota, an I/O error) as one line;
+    pyarrow's OSErrors carry their reason in the text, not in ``strerror``."""
+    reason = exc.strerror or (str(exc).splitlines() or ["write failed"])[0]
+    where = f" ({Path(exc.filename).name})" if exc.filename else ""
+    return UserError("--out", f"cannot write {dest}{where}: {reason}; nothing was written, "
+                     "free space or pick another folder")
 
 
 def remove_leftovers(parent: Path) -> None:

@@ -8,7 +8,6 @@ first use; ``tokens`` is an empty frame when the run wrote no per-token rows.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -16,16 +15,39 @@ from typing import Any
 import numpy as np
 import pandas as pd
 import yaml
+from pydantic import BaseModel, Field, TypeAdapter, ValidationError
 
+from engine.core.guarded_read import FileReadError, read_json, read_text
 from loopserve.errors import UserError
 from loopserve.outputs.records import ITL_COLUMNS, RUN_KEY_COLUMNS, TOKENS_COLUMNS
 from loopserve.outputs.tables import find_table, read_table
 from loopserve.runs.summary import MedianRow, Summary
 from loopserve.runs.sweep import PointRow, reference_point
+from sim.profile_file import validation_line
 
 REQUIRED_FILES = ("summary.json", "scenario.yaml")
 REQUIRED_TABLES = ("steps", "requests")
 _OPTIONAL_TABLES = {"tokens": TOKENS_COLUMNS, "itl_quantiles": ITL_COLUMNS}
+
+
+class _Row(BaseModel):
+    """The keys the report reads of every ``runs`` and ``medians`` row (others pass)."""
+
+    arm: str
+    point_id: int
+    valid: bool
+
+
+class _SummaryShape(BaseModel):
+    """summary.json's shape (``loopserve.runs.summary.Summary``), checked before the report
+    reads it, so a hand-edited or foreign file is one line, not a KeyError."""
+
+    points: list[dict[str, Any]] = Field(min_length=1)
+    runs: list[_Row]
+    medians: list[_Row]
+
+
+_SUMMARY = TypeAdapter(_SummaryShape)
 
 
 class RunData:
@@ -182,19 +204,30 @@ def load_run(path: str | Path, label: str = "") -> RunData:
     p = Path(path)
     if not p.is_dir():
         raise UserError("run_dir", f"{p}: no such run folder")
-    missing = [name for name in REQUIRED_FILES if not (p / name).is_file()]
+    missing = [name for name in REQUIRED_FILES if not (p / name).exists()]
     missing += [f"{name}.parquet (or .csv)" for name in REQUIRED_TABLES
                 if find_table(p, name) is None]
     if missing:
         raise UserError("run_dir", f"{p}: missing {missing[0]}; is this a loopserve run "
                         "folder?")
     try:
-        summary = json.loads((p / "summary.json").read_text())
-        scenario = yaml.safe_load((p / "scenario.yaml").read_text())
+        summary = read_json(p / "summary.json")
+        scenario = yaml.safe_load(read_text(p / "scenario.yaml"))
         env_path = p / "env.json"
-        env = json.loads(env_path.read_text()) if env_path.is_file() else {}
-    except (OSError, ValueError, yaml.YAMLError) as err:
-        raise UserError("run_dir", f"{p}: cannot read run files ({err})") from None
+        env = read_json(env_path) if env_path.is_file() else {}
+    except FileReadError as err:
+        raise UserError("run_dir", str(err)) from None
+    except yaml.YAMLError as err:
+        raise UserError("run_dir", f"{p / 'scenario.yaml'}: not YAML ({err})") from None
+    try:
+        _SUMMARY.validate_python(summary)
+    except ValidationError as err:
+        raise UserError("run_dir", f"{p / 'summary.json'}: not the shape a loopserve run "
+                        f"writes: {validation_line(err)}") from None
+    for name, doc in (("scenario.yaml", scenario), ("env.json", env)):
+        if not isinstance(doc, dict):
+            raise UserError("run_dir", f"{p / name}: must hold a mapping, not "
+                            f"{type(doc).__name__}")
     return RunData(p, summary, scenario, env, label=label or p.name)
 
 

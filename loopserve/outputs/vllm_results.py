@@ -61,8 +61,11 @@ def parse_goodput(items: Sequence[str]) -> dict[str, float]:
             ms = float(value)
         except ValueError:
             raise ValueError(f"--goodput: {item!r}: {value!r} is not a number of ms") from None
-        if not ms >= 0:
-            raise ValueError(f"--goodput: {item!r}: the SLO must be >= 0 ms")
+        if not 0 <= ms < float("inf"):
+            raise ValueError(f"--goodput: {item!r}: the SLO must be a finite number >= 0 ms")
+        if name in out:  # the last would win without a word
+            raise ValueError(f"--goodput: {name} given twice ({out[name]:g} and {ms:g}); "
+                             "give each once")
         out[name] = ms
     return out
 

@@ -100,6 +100,14 @@ def _cost_words(summary: Any, cost: Any, scenario: Any) -> str:
     return f"cost model: <b>{esc(text)}</b>"
 
 
+def _exit_note(env: dict[str, Any]) -> str:
+    """The warning a run whose adaptive exits no measured profile drove carries (env.json's
+    ``exit_model`` notes, ``loopserve.runs.exit_source``)."""
+    models = env.get("exit_model") or {}
+    notes = {m.get("note") for m in models.values() if isinstance(m, dict) and m.get("note")}
+    return "".join(f"<br><b>note:</b> {esc(n)}" for n in sorted(notes))
+
+
 def _runs_header(runs: Sequence[RunData]) -> str:
     items = []
     for run in runs:
@@ -116,7 +124,7 @@ def _runs_header(runs: Sequence[RunData]) -> str:
             f"{len(run.points)} point(s) x {esc(s.get('repeats', 1))} repeat(s); {engine}"
             f"run {esc(env.get('run_id', run.path.name))} at {esc(env.get('started_at', '?'))}, "
             f"commit {esc((git.get('commit') or '?')[:12])}{' (dirty)' if git.get('dirty') else ''}"
-            "</li>")
+            f"{_exit_note(env)}</li>")
     return "<ul>" + "".join(items) + "</ul>"
 
 

@@ -4,8 +4,11 @@ The SLO is a set of limits on summary metrics, ``{metric}_{stat}_ms <= limit`` (
 ``itl_p99_ms``, ``tpot_p90_ms``, ``e2el_mean_ms``...), read from the median over the repeats,
 optionally with a goodput fraction: the median over repeats of request_goodput /
 request_throughput (the share of completed requests that meet every per-request SLO, vLLM's
-and DistServe's goodput) at least ``goodput_fraction``. A probe whose runs are not all valid
-(or whose metric has no sample) does not meet it.
+and DistServe's goodput) at least ``goodput_fraction``. A probe whose metric has no sample does
+not meet it. Validity (RFC §6) does not decide it: those rules exist to compare arms (a mixed
+arm at a low rate forms no mixed core call, and is still a server at that rate), so an invalid
+probe is judged on its metrics like any other, and its reason shown beside the verdict;
+otherwise the capacity found would depend on the rate the search starts from.
 """
 
 from __future__ import annotations
@@ -73,6 +76,9 @@ def parse_slo(text: str) -> dict[str, float]:
             raise UserError("--slo", f"{item!r}: {value!r} is not a number of ms") from None
         if not (limit > 0 and np.isfinite(limit)):
             raise UserError("--slo", f"{item!r}: the limit must be a number of ms > 0")
+        if key in out:  # the last would win without a word
+            raise UserError("--slo", f"{key} given twice ({out[key]:g} and {limit:g}); give "
+                            "each once")
         out[key] = limit
     if not out:
         raise UserError("--slo", "empty; give e.g. ttft_p99_ms=200,itl_p99_ms=10")
@@ -127,9 +133,10 @@ def judge(arm: str, rate: float, plan: Plan, results: list[Any],
         if frac is None or frac < crit.goodput_fraction:
             failed.append(f"goodput fraction {'-' if frac is None else f'{frac:.3g}'} < "
                           f"{crit.goodput_fraction:g}")
-    if not row.valid:
-        failed.append(f"invalid: {median['invalid_reason']}")
     row.meets = not failed
+    if not row.valid:  # said, not counted: see the module docstring
+        failed.append(f"invalid for comparing arms (not counted against the SLO): "
+                      f"{median['invalid_reason']}")
     row.reason = "; ".join(failed) or None
     return row
 

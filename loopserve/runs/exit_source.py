@@ -19,6 +19,11 @@ from sim.cost.resolve import resolve_cost
 if TYPE_CHECKING:
     from sim.exit_profile import ExitProfile
 
+UNMEASURED_NOTE = ("adaptive exits come from a synthetic gate stream, not from the model: no "
+                   "measured exit profile (exit.profile, or <cost profile stem>.exits.json); "
+                   "measure one with `loopserve exit-profile --scenario SCENARIO --target "
+                   "cpu|cuda`")
+
 
 @dataclass(frozen=True)
 class ExitSource:
@@ -31,9 +36,18 @@ class ExitSource:
     rows: str | None = None  # "regime <label>" (measured under the point's policy) or "full depth"
     draw: str | None = None  # exit.draw: how tokens without an own row pick one
 
+    @property
+    def unmeasured(self) -> bool:
+        """Adaptive exits drawn from the synthetic stream for want of a measured profile
+        (not because ``exit.lambdas`` asked for it)."""
+        return self.kind == "synthetic" and self.via is None
+
     def describe(self) -> dict[str, object]:
-        """The env.json entry: kind, and for a profile its file and measured token count."""
+        """The env.json entry: kind, and for a profile its file and measured token count;
+        for exits no profile measured, the note that says so."""
         out: dict[str, object] = {"kind": self.kind}
+        if self.unmeasured:
+            out["note"] = UNMEASURED_NOTE
         if self.profile is not None:
             out.update(path=self.path, via=self.via,
                        num_tokens=self.profile.provenance.num_tokens,
@@ -47,7 +61,7 @@ def exit_source(scn: Scenario, shape: ModelShape, context: str = "") -> ExitSour
     if e.mode not in SIGNAL_EXIT_MODES:
         return ExitSource("core")
     if e.lambdas is not None:
-        return ExitSource("synthetic")
+        return ExitSource("synthetic", via="exit.lambdas")
     # Exit profiles' modules load only for a point that reads one.
     from sim.exit_profile import load_exit_profile, sibling_exit_profile
 
@@ -76,6 +90,11 @@ def exit_source(scn: Scenario, shape: ModelShape, context: str = "") -> ExitSour
         own = sum(bool(regime.own_rows(s)) for s in seeds)
         rows = f"regime {regime.label}, own rows for {own} of {len(seeds)} repeat seeds"
     return ExitSource("profile", profile, path, via, rows, e.draw)
+
+
+def unmeasured_note(exits: Mapping[int, ExitSource]) -> str | None:
+    """The note to print when a point's adaptive exits have no measured profile."""
+    return UNMEASURED_NOTE if any(src.unmeasured for src in exits.values()) else None
 
 
 def exit_models(exits: Mapping[int, ExitSource]) -> dict[str, object] | None:

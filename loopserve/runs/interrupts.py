@@ -1,8 +1,9 @@
 """SIGINT and SIGTERM end a command cleanly: exit 128 + signal, one line, nothing written.
 
 While the work runs (``deferred``) a signal only sets a flag that the run loop checks
-between runs (``check``): raising KeyboardInterrupt inside the mypyc-compiled core or
-simulator can abort the process. While files are written (``immediate``) a
+between runs (``check``) and the simulation loop between steps (``sim.stop``), so one
+SIGTERM ends a long run within a step: raising KeyboardInterrupt inside the mypyc-compiled
+core or simulator can abort the process. While files are written (``immediate``) a
 signal raises at once, so the staging folder is removed on the way out. A second signal
 during deferred work ends the process at once (``os._exit``, nothing having been written
 yet, and no exception raised inside compiled code), or raises where ``hard_exit`` is off.
@@ -50,6 +51,9 @@ def _defer(signum: int, frame: FrameType | None) -> None:
             os._exit(128 + signum)
         raise Interrupted(signum)
     _pending.append(signum)
+    sim_stop = sys.modules.get("sim.stop")  # loaded by ``deferred``
+    if sim_stop is not None:
+        sim_stop.request()  # a running simulation ends after its step
 
 
 def _raise(signum: int, frame: FrameType | None) -> None:
@@ -76,14 +80,24 @@ def _handlers(handler: signal._HANDLER) -> Iterator[None]:
 def deferred(hard_exit: bool = True) -> Iterator[None]:
     """Signals set a flag (see ``check``); one still pending at the end raises then. With
     ``hard_exit`` (nothing may be staged inside), a second signal ends the process."""
+    # here, not at the top: this module loads before the imports a signal may interrupt
+    # (loopserve.cli.run), and sim's package imports numpy and simpy
+    from sim import stop as sim_stop
+    from sim.errors import SimulationStopped
+
     _pending.clear()
+    sim_stop.clear()
     _hard_exit[0] = hard_exit
     try:
         with _handlers(_defer):
             yield
         check()
+    except SimulationStopped:  # the simulation loop saw the flag: the signal's exit
+        check()
+        raise
     finally:
         _pending.clear()
+        sim_stop.clear()
         _hard_exit[0] = False
 
 

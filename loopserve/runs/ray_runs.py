@@ -109,11 +109,12 @@ def ray_session(opts: RayOptions) -> Iterator[ModuleType]:
         kwargs["num_cpus"] = opts.workers  # local workers inherit env and sys.path
     try:
         ray.init(**kwargs)
-    except (ConnectionError, ValueError, RuntimeError) as err:
+    except Exception as err:  # noqa: BLE001 - Ray's start-up timeout is a bare Exception
         for s, h in kept.items():
             signal.signal(s, h)
-        raise UserError(opts.flag, f"could not start Ray: {' '.join(str(err).split())}") \
-            from None
+        first = (str(err).strip().splitlines() or [type(err).__name__])[0]
+        raise UserError(opts.flag, f"could not start Ray ({type(err).__name__}): {first}; "
+                        "see /tmp/ray/session_latest/logs") from None
     try:
         for s, h in kept.items():
             signal.signal(s, h)

@@ -7,12 +7,12 @@ sweep point, so a failing combination stops the run before anything is written.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
 from engine.core.config import CacheConfig, EngineConfig, ExitConfig, ModelShape, SchedulerConfig
+from engine.core.guarded_read import FileReadError, read_json
 from engine.core.shapes import MODEL_SHAPES, shape_from_hf
 from loopserve.errors import UserError
 from loopserve.schema.scenario import Scenario
@@ -24,12 +24,14 @@ def model_shape(model: str) -> ModelShape:
         return MODEL_SHAPES[model]
     path = Path(model) / "config.json"
     try:
-        cfg = json.loads(path.read_text())
-    except (OSError, json.JSONDecodeError) as err:
-        raise UserError("model", f"{path}: cannot read checkpoint config ({err})") from None
+        cfg = read_json(path)
+    except FileReadError as err:
+        raise UserError("model", f"checkpoint config {err}") from None
+    if not isinstance(cfg, dict):
+        raise UserError("model", f"{path}: must hold a JSON object, not {type(cfg).__name__}")
     try:
         return shape_from_hf(cfg)
-    except ValueError as err:
+    except (ValueError, TypeError) as err:
         raise UserError("model", f"{path}: {err}") from None
 
 

@@ -8,6 +8,7 @@ from typing import Literal
 from pydantic import Field, field_validator, model_validator
 
 from engine.core.config import ExitMode
+from loopserve.errors import short_repr
 from loopserve.schema.strict import StrictModel
 
 SIGNAL_EXIT_MODES = ("ouro", "ouro_delayed", "random_lookahead")
@@ -45,7 +46,7 @@ class ExitSpec(StrictModel):
     @classmethod
     def _unit_interval(cls, v: list[float] | None) -> list[float] | None:
         if v is not None and (not v or any(not 0.0 < x < 1.0 for x in v)):
-            raise ValueError(f"each mean λ must lie strictly between 0 and 1, got {v}")
+            raise ValueError(f"each mean λ must lie strictly between 0 and 1, got {short_repr(v)}")
         return v
 
     @model_validator(mode="after")
@@ -63,6 +64,11 @@ class ExitSpec(StrictModel):
                              "synthetic stream; remove draw or lambdas")
         if self.trace is not None and self.mode != "trace":
             raise ValueError(f"trace: only for mode trace, not {self.mode}; remove trace")
+        if self.profile is not None and self.mode not in SIGNAL_EXIT_MODES:
+            raise ValueError(
+                f"profile: an exit profile drives the signal modes "
+                f"{'|'.join(SIGNAL_EXIT_MODES)}, not {self.mode}; remove profile"
+            )
         if self.probs is not None and self.mode != "categorical":
             raise ValueError(f"probs: only for mode categorical, not {self.mode}; remove probs")
         return self

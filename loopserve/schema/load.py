@@ -16,51 +16,16 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, ValidationError
 
-from loopserve.errors import UserError
+from loopserve.errors import UserError, short_repr
 from loopserve.schema.scenario import Scenario
+from loopserve.schema.yaml_reader import ScenarioLoader, read_yaml
+
+__all__ = ["load_scenario", "parse_set", "read_yaml", "set_path", "validate"]
 
 # Path-valued fields resolved against the scenario file's folder when not found from the cwd.
 _PATH_FIELDS = (("model",), ("cost", "profile"), ("exit", "profile"), ("workload", "path"))
 # pydantic's loc names the union member tried last for a sweep value of the wrong type
 _SCALAR_TAGS = ("bool", "int", "float", "str")
-
-
-class _UniqueKeyLoader(yaml.SafeLoader):
-    """SafeLoader that rejects a key given twice in one mapping (the last one would win)."""
-
-    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
-        seen: set[Any] = set()
-        for key_node, _ in node.value:
-            key = self.construct_object(key_node, deep=deep)  # type: ignore[no-untyped-call]
-            if key in seen:
-                raise yaml.constructor.ConstructorError(
-                    None, None, f"duplicate key {key!r}", key_node.start_mark)
-            seen.add(key)
-        return super().construct_mapping(node, deep=deep)
-
-
-def read_yaml(path: str | Path) -> dict[str, Any]:
-    """The scenario file as a mapping; missing files and YAML syntax errors are UserErrors."""
-    p = Path(path)
-    if p.is_dir():
-        raise UserError("scenario", f"{p} is a folder; give a scenario YAML file")
-    if not p.is_file():
-        raise UserError("scenario", f"{p}: no such file")
-    try:
-        data = yaml.load(p.read_text(encoding="utf-8"), Loader=_UniqueKeyLoader)  # noqa: S506
-    except UnicodeDecodeError as err:
-        raise UserError("scenario", f"{p}: not UTF-8 text (byte {err.start}); give a YAML "
-                        "file") from None
-    except OSError as err:
-        raise UserError("scenario", f"{p}: cannot read ({err.strerror})") from None
-    except yaml.YAMLError as err:
-        mark = getattr(err, "problem_mark", None)
-        where = f"{p}:{mark.line + 1}:{mark.column + 1}" if mark else str(p)
-        problem = getattr(err, "problem", None) or str(err)
-        raise UserError("scenario", f"{where}: YAML syntax error: {problem}") from None
-    if not isinstance(data, dict):
-        raise UserError("scenario", f"{p}: must be a YAML mapping (name: ..., arms: ...)")
-    return data
 
 
 def parse_set(item: str) -> tuple[str, Any]:
@@ -70,7 +35,7 @@ def parse_set(item: str) -> tuple[str, Any]:
     if not sep or not key:
         raise UserError("--set", f"{item!r}: expected key=value, e.g. workload.decode_population=4")
     try:
-        value = yaml.safe_load(raw)
+        value = yaml.load(raw, Loader=ScenarioLoader)  # noqa: S506
     except yaml.YAMLError:
         raise UserError(key, f"--set value {raw!r} is not valid YAML") from None
     return key, value
@@ -168,7 +133,7 @@ def _user_error(err: ValidationError, data: dict[str, Any]) -> UserError:
         msg = "required field is missing"
     elif kind == "less_than_equal":
         most = e.get("ctx", {}).get("le")
-        msg = f"{e.get('input')!r} is past the upper bound; use at most {most}"
+        msg = f"{short_repr(e.get('input'))} is past the upper bound; use at most {most}"
     elif kind == "union_tag_invalid":
         ctx = e.get("ctx", {})
         loc = [*loc, ctx.get("discriminator", "kind").strip("'")]
@@ -179,9 +144,9 @@ def _user_error(err: ValidationError, data: dict[str, Any]) -> UserError:
         if sep and head.replace(".", "").replace("_", "").isalnum() and " " not in head:
             loc, msg = loc + head.split("."), rest
     elif e["loc"] and e["loc"][-1] in _SCALAR_TAGS:
-        msg = f"expected a scalar (number, string or boolean), got {e.get('input')!r}"
+        msg = f"expected a scalar (number, string or boolean), got {short_repr(e.get('input'))}"
     elif "input" in e and kind not in ("union_tag_invalid",):
-        msg = f"{msg}, got {e['input']!r}"
+        msg = f"{msg}, got {short_repr(e['input'])}"
     field = ".".join(str(p) for p in loc) or "scenario"
     return UserError(field, msg)
 

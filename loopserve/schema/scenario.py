@@ -39,6 +39,9 @@ SCHEDULER_BOUNDS = {"max_num_seqs": MAX_NUM_SEQS, "max_num_batched_tokens": MAX_
 MAX_NUM_BLOCKS = (1 << 31) - 1  # block ids are int32 on the device
 MAX_BLOCK_SIZE = 1024  # tokens per block (vLLM's largest is 256)
 MAX_REPEATS = 1000
+# sweep points (variants x the sweep grid) one scenario may plan: each point is a validated
+# scenario held in memory, and a run per arm and repeat
+MAX_SWEEP_POINTS = 10_000
 
 
 def _scheduler_fields(optional: bool) -> dict[str, Any]:
@@ -188,15 +191,20 @@ class Scenario(StrictModel):
     @field_validator("arm_overrides")
     @classmethod
     def _override_arms(cls, v: dict[str, Any]) -> dict[str, Any]:
-        out = {}
+        out: dict[str, Any] = {}
+        given: dict[str, str] = {}
         for name, override in v.items():
-            out[_arm(name)] = override
+            arm = _arm(name)
+            if arm in out:  # A0 and atomic name one arm: the last would win
+                raise ValueError(f"{name}: names the same arm as {given[arm]} ({arm}); "
+                                 "merge them into one entry")
+            out[arm], given[arm] = override, name
         return out
 
     @field_validator("model")
     @classmethod
     def _model(cls, v: str) -> str:
-        if v in MODEL_SHAPES or (Path(v) / "config.json").is_file():
+        if v in MODEL_SHAPES or (Path(v) / "config.json").exists():  # read: schema.build
             return v
         raise ValueError(
             f"unknown preset {v!r}; use one of {'|'.join(MODEL_SHAPES)} or a checkpoint "
@@ -228,6 +236,12 @@ class Scenario(StrictModel):
         for arm in self.arm_overrides:
             if arm not in self.arms:
                 raise ValueError(f"arm_overrides.{arm}: arm not in arms {self.arms}; remove it")
+        num_points = max(len(self.variants or {}), 1)
+        for values in (self.sweep or {}).values():
+            num_points *= len(values) if isinstance(values, list) else 1
+        if num_points > MAX_SWEEP_POINTS:
+            raise ValueError(f"sweep: {num_points} points (variants x the sweep lists) is past "
+                             f"the upper bound; use at most {MAX_SWEEP_POINTS}")
         if self.sweep and self.variants:
             for name, values in self.variants.items():
                 both = sorted(set(values) & set(self.sweep))
@@ -252,13 +266,16 @@ def _arm(name: str) -> str:
 
 
 def _distinct(key: str, values: list[Any]) -> None:
-    """A sweep list names each value once (two equal points would be one point run twice)."""
-    seen: set[tuple[str, Any]] = set()
+    """A sweep list names each value once (two equal points would be one point run twice):
+    numbers compare by value, so 16 and 16.0 are one point."""
+    seen: dict[tuple[str, Any], Any] = {}
     for v in values:
-        tag = (type(v).__name__, v)
+        numeric = isinstance(v, (int, float)) and not isinstance(v, bool)
+        tag = ("number", float(v)) if numeric else (type(v).__name__, v)
         if tag in seen:
-            raise ValueError(f"{key}: {v!r} listed twice; list each value once")
-        seen.add(tag)
+            again = "" if seen[tag] == v and type(seen[tag]) is type(v) else f" (as {seen[tag]!r})"
+            raise ValueError(f"{key}: {v!r} listed twice{again}; list each value once")
+        seen[tag] = v
 
 
 def _tune_keys(v: dict[str, Any]) -> dict[str, Any]:

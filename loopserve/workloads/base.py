@@ -29,14 +29,19 @@ _CHOICE_STREAM = 0x63686F73  # "chos": which prefix a request starts with
 MAX_REQUEST_TOKENS = 1 << 20  # one prompt or output: 1M tokens, past every supported context
 MAX_REQUESTS = 10_000_000  # requests of one run
 MAX_NUM_SEQS = 1 << 16  # requests running at once (scheduler.max_num_seqs, decoders)
+MAX_LOGNORMAL_SIGMA = 10.0
+# the slowest arrival rate: one request per ~11.6 days keeps simulated times (float s) at
+# microsecond resolution over a run and the per-second series of a run short
+MIN_REQUEST_RATE = 1e-6
 Tokens = Annotated[int, Field(ge=1, le=MAX_REQUEST_TOKENS)]
 Count = Annotated[int, Field(ge=1, le=MAX_REQUESTS)]
 
 
 class StrictModel(BaseModel):
-    """Unknown keys and wrong types are errors (an int still fills a float field)."""
+    """Unknown keys and wrong types are errors (an int still fills a float field); ``.inf``
+    and ``.nan`` are refused in every number field."""
 
-    model_config = ConfigDict(extra="forbid", strict=True)
+    model_config = ConfigDict(extra="forbid", strict=True, allow_inf_nan=False)
 
 
 class FixedLength(StrictModel):
@@ -65,7 +70,9 @@ class LognormalLength(StrictModel):
 
     dist: Literal["lognormal"]
     median: float = Field(gt=0, le=MAX_REQUEST_TOKENS)
-    sigma: float = Field(ge=0)
+    # exp(N(0, sigma)) past sigma 10 spans more than 10^40 within three sigmas: no length
+    # distribution, and the draws overflow
+    sigma: float = Field(ge=0, le=MAX_LOGNORMAL_SIGMA)
     min: int = Field(default=1, ge=1, le=MAX_REQUEST_TOKENS)
     max: Tokens
 

@@ -8,6 +8,7 @@ from typing import Literal
 from pydantic import Field
 
 from loopserve.workloads.base import (
+    MIN_REQUEST_RATE,
     Count,
     LengthSpec,
     SharedPrefix,
@@ -22,7 +23,7 @@ class GammaWorkload(StrictModel):
 
     kind: Literal["gamma"]
     num_requests: Count
-    request_rate: float = Field(gt=0, allow_inf_nan=False)
+    request_rate: float = Field(ge=MIN_REQUEST_RATE, allow_inf_nan=False)
     burstiness: float = Field(default=1.0, gt=0, allow_inf_nan=False)
     prompt_tokens: LengthSpec
     output_tokens: LengthSpec

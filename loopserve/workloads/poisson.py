@@ -10,6 +10,7 @@ from pydantic import Field
 
 from engine.core.records import ArrivalSpec
 from loopserve.workloads.base import (
+    MIN_REQUEST_RATE,
     Count,
     LengthSpec,
     SharedPrefix,
@@ -61,7 +62,7 @@ class PoissonWorkload(StrictModel):
 
     kind: Literal["poisson"]
     num_requests: Count
-    request_rate: float = Field(gt=0, allow_inf_nan=False)
+    request_rate: float = Field(ge=MIN_REQUEST_RATE, allow_inf_nan=False)
     prompt_tokens: LengthSpec
     output_tokens: LengthSpec
     shared_prefix: SharedPrefix | None = None

@@ -12,7 +12,6 @@ are synthetic.
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Sequence
 from pathlib import Path
@@ -21,8 +20,10 @@ from typing import Literal
 import numpy as np
 from pydantic import Field
 
+from engine.core.guarded_read import FileReadError, read_json
 from engine.core.records import ArrivalSpec
 from loopserve.workloads.base import (
+    MIN_REQUEST_RATE,
     Count,
     StaticSource,
     StrictModel,
@@ -45,15 +46,9 @@ def load_sharegpt(path: str | Path) -> list[tuple[int, int]]:
     """(prompt_tokens, output_tokens) of every usable conversation, in file order."""
     p = Path(path)
     try:
-        data = json.loads(p.read_text(encoding="utf-8"))
-    except OSError as exc:
-        raise ValueError(f"workload.path: cannot read {p} ({exc.strerror or exc})") from None
-    except UnicodeDecodeError as exc:
-        raise ValueError(f"workload.path: {p} is not UTF-8 text (byte {exc.start}); give "
-                         "ShareGPT JSON") from None
-    except json.JSONDecodeError as exc:
-        raise ValueError(f"workload.path: {p} is not valid JSON (line {exc.lineno}: "
-                         f"{exc.msg})") from None
+        data = read_json(p)
+    except FileReadError as exc:
+        raise ValueError(f"workload.path: {exc}") from None
     if not isinstance(data, list):
         raise ValueError(f"workload.path: {p} must hold a JSON list of conversations")
     pairs: list[tuple[int, int]] = []
@@ -82,7 +77,7 @@ class ShareGPTWorkload(StrictModel):
     kind: Literal["sharegpt"]
     path: str = Field(min_length=1)
     num_requests: Count
-    request_rate: float = Field(gt=0, allow_inf_nan=False)
+    request_rate: float = Field(ge=MIN_REQUEST_RATE, allow_inf_nan=False)
     burstiness: float = Field(default=1.0, gt=0, allow_inf_nan=False)
     max_prompt_tokens: Tokens = 1024
     max_output_tokens: Tokens = 1024

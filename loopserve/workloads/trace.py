@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import csv
 import io
-import json
 import math
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -21,6 +20,7 @@ from typing import Any, Literal
 
 from pydantic import Field
 
+from engine.core.guarded_read import FileReadError, parse_json, read_text
 from engine.core.records import ArrivalSpec
 from loopserve.workloads.base import (
     MAX_REQUEST_TOKENS,
@@ -119,7 +119,15 @@ def _csv_rows(path: Path, text: str) -> Iterator[tuple[int, dict[str, Any]]]:
     if missing:
         raise ValueError(f"{path}:1: column {missing[0]}: missing from the header "
                          f"(need {', '.join(REQUIRED_COLUMNS)})")
-    for row in reader:
+    rows = iter(reader)
+    while True:
+        try:
+            row = next(rows)
+        except StopIteration:
+            return
+        except csv.Error as exc:  # a NUL byte, a field past csv's size limit
+            # the row that failed starts on the line after the last one read in full
+            raise ValueError(f"{path}:{reader.line_num + 1}: not a CSV row ({exc})") from None
         if None in row:
             raise ValueError(f"{path}:{reader.line_num}: column {len(header) + 1}: "
                              f"more fields than the header's {len(header)}")
@@ -131,10 +139,10 @@ def _jsonl_rows(path: Path, text: str) -> Iterator[tuple[int, dict[str, Any]]]:
         if not line.strip():
             continue
         try:
-            obj = json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise ValueError(f"{path}:{line_no}: column {exc.colno}: invalid JSON ({exc.msg})"
-                             ) from None
+            obj = parse_json(line, path)
+        except FileReadError as exc:
+            column = f"column {exc.column}: " if exc.column is not None else ""
+            raise ValueError(f"{path}:{line_no}: {column}{exc.reason}") from None
         if not isinstance(obj, dict):
             raise ValueError(f"{path}:{line_no}: column 1: expected a JSON object per line")
         yield line_no, obj
@@ -144,13 +152,9 @@ def load_trace(path: str | Path) -> list[TraceRow]:
     """Parse and check a trace file, sorted by arrival (stable)."""
     p = Path(path)
     try:
-        text = p.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise ValueError(f"workload.path: cannot read trace {p} ({exc.strerror or exc})"
-                         ) from None
-    except UnicodeDecodeError as exc:
-        raise ValueError(f"workload.path: trace {p} is not UTF-8 text (byte {exc.start}); "
-                         "give a CSV or JSON Lines file") from None
+        text = read_text(p)
+    except FileReadError as exc:
+        raise ValueError(f"workload.path: trace {exc}") from None
     rows_in = _csv_rows(p, text) if p.suffix.lower() == ".csv" else _jsonl_rows(p, text)
     rows: list[TraceRow] = []
     seen: dict[str, int] = {}

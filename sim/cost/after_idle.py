@@ -32,7 +32,7 @@ class AfterIdle(BaseModel):
     wait (back to back after the first) pays ``later[since - 1]`` of that extra, and none
     past the end of ``later``."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
     idle_s: list[float]
     extra: dict[str, list[float]]

@@ -67,7 +67,7 @@ StageKind = Literal["decode", "prompt", "mixed", "prefill", "prelude", "coda",
 class Provenance(BaseModel):
     """Where and how a profile was measured."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
     device: str
     torch_version: str
@@ -95,7 +95,7 @@ class GridTerm(BaseModel):
     cache cliff, a kernel switching tiles): the values at ``points`` are interpolated
     linearly and extended past the last point with the last segment's slope."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
     feature: str
     points: list[float]
@@ -139,7 +139,7 @@ def pwl_value(points: list[float], values: list[float], x: float) -> float:
 class StageFit(BaseModel):
     """One stage kind's linear model."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
     features: list[str]
     coef: list[float]
@@ -156,6 +156,16 @@ class StageFit(BaseModel):
         unknown = [f for f in v if f not in FEATURE_NAMES]
         if unknown:
             raise ValueError(f"unknown features {unknown}; known: {', '.join(FEATURE_NAMES)}")
+        return v
+
+    @field_validator("coef")
+    @classmethod
+    def _non_negative(cls, v: list[float]) -> list[float]:
+        # the fit drops a feature whose coefficient comes out negative (sim.cost.fit): time
+        # never falls as work grows
+        bad = next((c for c in v if c < 0), None)
+        if bad is not None:
+            raise ValueError(f"coefficient {bad} is negative; re-run calibration")
         return v
 
     @model_validator(mode="after")
@@ -184,7 +194,7 @@ class StageFit(BaseModel):
 class Profile(BaseModel):
     """A calibrated profile (format ``loopserve-profile/1``)."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
     format: Literal["loopserve-profile/1"]
     hardware: str

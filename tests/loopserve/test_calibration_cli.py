@@ -39,7 +39,8 @@ def calibrated(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def test_quick_calibration_writes_a_valid_profile(calibrated: Path) -> None:
-    assert {p.name for p in calibrated.iterdir()} == {"cpu-tiny.json", "env.json", "steps.csv"}
+    assert {p.name for p in calibrated.iterdir()} == {"cpu-tiny.json", "env.json", "steps.csv",
+                                                      "cpu-tiny.exits.json"}
     prof = load_profile(calibrated / "cpu-tiny.json")
     assert (prof.hardware, prof.model) == ("cpu", "tiny")
     assert set(prof.stages) == KINDS
@@ -81,7 +82,7 @@ def test_json_out_writes_the_profile_and_its_side_files(tmp_path: Path) -> None:
     assert main(["calibrate", *QUICK_ARGS, "--max-seconds", "5", "--out", str(out)]) == 0
     assert load_profile(out).model == "tiny"
     assert sorted(p.name for p in out.parent.iterdir()) == [
-        "mine.env.json", "mine.json", "mine.steps.csv"]
+        "mine.env.json", "mine.exits.json", "mine.json", "mine.steps.csv"]
 
 
 def test_rig_builds_batches_that_reproduce_their_shapes() -> None:
@@ -237,3 +238,23 @@ def test_the_after_idle_waits_come_out_of_the_time_budget(monkeypatch: pytest.Mo
     waits = idle_seconds(PAUSES_S, 7)
     assert waits > 10
     assert seen["max_seconds"] == pytest.approx(job._SHAPES_SHARE * (120.0 - waits))
+
+
+def test_calibration_measures_the_exit_profile_a_simulation_then_reads(
+    calibrated: Path,
+) -> None:
+    # calibrate, then simulate adaptive exits: measured gates, not the synthetic stream
+    from loopserve.runs.exit_source import exit_source
+    from loopserve.schema.build import model_shape
+    from loopserve.schema.load import validate
+    from sim.exit_profile import load_exit_profile
+    from tests.scenario_fixtures import tiny
+
+    exits = load_exit_profile(calibrated / "cpu-tiny.exits.json")
+    assert exits.model == "tiny" and exits.provenance.num_tokens > 0
+    assert [r.label.split()[0] for r in exits.regimes or ()] == [
+        f"ouro@{t}" for t in (0.5, 0.6, 0.7, 0.8, 0.9)]
+    scn = validate(tiny(cost={"kind": "calibrated", "profile": str(calibrated / "cpu-tiny.json")},
+                        exit={"mode": "ouro", "exit_threshold": 0.8}, hardware="cpu"))
+    src = exit_source(scn, model_shape("tiny"))
+    assert (src.kind, src.via, src.unmeasured) == ("profile", "cost.profile", False)

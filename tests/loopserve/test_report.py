@@ -56,8 +56,14 @@ def test_report_side_by_side_of_two_runs(
     assert len(re.findall(r"<td class=\"l\">run_a</td><td class=\"l\">", medians)) == 3
     assert len(re.findall(r"<td class=\"l\">run_b</td><td class=\"l\">", medians)) == 3
     assert sorted(p.name for p in out.iterdir()) == ["report.html"]
-    # without --out the report goes to the first run folder
-    assert main(["report", str(a), str(b)]) == 0
+    # without --out the report goes to the first run folder, whose own report.html is
+    # replaced only when asked (--force)
+    own = (a / "report.html").read_bytes()
+    capsys.readouterr()
+    assert main(["report", str(a), str(b)]) == 2
+    assert "add --force to replace it" in capsys.readouterr().err
+    assert (a / "report.html").read_bytes() == own
+    assert main(["report", str(a), str(b), "--force"]) == 0
     assert "run_b" in (a / "report.html").read_text()
 
 

@@ -61,6 +61,41 @@ def test_sigterm_during_the_simulation_exits_143(tmp_path: Path) -> None:
     _assert_clean_exit(rc, err, signal.SIGTERM, tmp_path)
 
 
+def test_one_sigterm_stops_a_long_single_run_within_seconds(tmp_path: Path) -> None:
+    # one run of ~2M steps (minutes; few requests, so building them is quick): the loop
+    # checks the flag between steps, so the signal ends it at once, not when the run ends
+    # (systemd and timeout send one TERM, then KILL)
+    folder = tmp_path.parent / f"{tmp_path.name}-scenario"
+    folder.mkdir()
+    scn = write_scenario(folder, tiny(
+        arms=["A0"], repeats=1, workload={
+            "kind": "poisson", "num_requests": 2000, "request_rate": 500.0,
+            "prompt_tokens": 16, "output_tokens": 4096}))
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    proc = subprocess.Popen([sys.executable, "-m", "loopserve", "run", str(scn), "--out",
+                             str(tmp_path / "out")], cwd=REPO, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    assert proc.stderr is not None
+    seen = b""
+    while b"[sim]" not in seen:  # the progress bar: the one run has begun
+        chunk = proc.stderr.read1(4096)  # type: ignore[attr-defined]
+        assert chunk, f"the command ended before its run began: {seen!r}"
+        seen += chunk
+    time.sleep(1.0)
+    assert proc.poll() is None, "the run ended before the signal"
+    sent = time.monotonic()
+    proc.send_signal(signal.SIGTERM)
+    try:
+        _, rest = proc.communicate(timeout=60)
+    finally:
+        proc.kill()  # no-op when it has ended; a failed test leaves no run behind
+    waited_s = time.monotonic() - sent
+    err = (seen + rest).decode().replace("\r", "\n")
+    err = "\n".join(line for line in err.splitlines() if "[sim]" not in line)
+    _assert_clean_exit(proc.returncode, err, signal.SIGTERM, tmp_path)
+    assert waited_s < 3.0, f"{waited_s:.1f} s from SIGTERM to exit"  # ~1 s, slack for CI
+
+
 def test_sigterm_during_cpu_measurement_exits_143(tmp_path: Path) -> None:
     proc = _start(tmp_path, "scenarios/interference-cpu-short.yaml", "--target", "cpu")
     rc, err = _interrupt(proc, signal.SIGTERM, 8.0)  # torch loaded, measuring
@@ -148,4 +183,25 @@ def test_sigint_while_the_command_loads_its_modules_exits_130(
     # loading when the signal comes, the outcome is the one line and 130
     proc = _start(tmp_path, "scenarios/interference.yaml")
     rc, err = _interrupt(proc, signal.SIGINT, delay_s)
+    _assert_clean_exit(rc, err, signal.SIGINT, tmp_path)
+
+
+def test_the_entry_point_loads_nothing_a_signal_could_cut() -> None:
+    # the console script imports loopserve.cli before any handler is set: it must be light
+    code = ("import sys, loopserve.cli; "
+            "print(','.join(m for m in ('numpy', 'pydantic', 'sim', 'simpy') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True, cwd=REPO)
+    assert out.stdout.strip() == ""
+
+
+@pytest.mark.parametrize("delay_s", [0.2, 0.6])
+def test_sigint_while_the_console_script_loads_exits_130(tmp_path: Path, delay_s: float) -> None:
+    script = Path(sys.executable).parent / "loopserve"  # what `make setup` installs
+    proc = subprocess.Popen(
+        [str(script), "run", "scenarios/interference.yaml", "--no-progress", "--out",
+         str(tmp_path / "out")], cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        text=True)
+    rc, err = _interrupt(proc, signal.SIGINT, delay_s)
+    assert "Traceback" not in err
     _assert_clean_exit(rc, err, signal.SIGINT, tmp_path)
