@@ -54,6 +54,13 @@ def add_parser(sub: Any) -> None:
 def main(args: argparse.Namespace, argv: list[str]) -> int:
     from loopserve.server.launch import ServeOptions, build_service, serve
 
+    if args.scenario is not None:
+        # the scenario's own sections configure the engine: a flag here would be ignored
+        for flag, value, field in (("--max-num-seqs", args.max_num_seqs, "scheduler.max_num_seqs"),
+                                   ("--num-blocks", args.num_blocks, "cache.num_blocks")):
+            if value is not None:
+                raise UserError(flag, f"applies without --scenario only; set {field} in the "
+                                "scenario instead")
     opts = ServeOptions(
         model=args.model, scenario=args.scenario, arm=args.arm, device=args.device,
         seed=integer("--seed", args.seed, 0), served_model_name=args.served_model_name,

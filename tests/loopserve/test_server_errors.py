@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import httpx2
 import pytest
@@ -61,6 +62,9 @@ def test_api_key_guards_v1_only_and_never_leaks() -> None:
     assert not any(KEY in r.getMessage() for r in records)
 
 
+E2E_CPU = str(Path(__file__).resolve().parents[2] / "scenarios" / "e2e-cpu.yaml")
+
+
 def _serve(*flags: str, env: dict | None = None) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, "-m", "loopserve", "serve", "--model", "tiny",
                            *flags], capture_output=True, text=True, timeout=120,
@@ -75,6 +79,9 @@ def _serve(*flags: str, env: dict | None = None) -> subprocess.CompletedProcess[
     (("--host", "10.254.254.254"), "--host"),  # resolves, but is not this machine's
     (("--chat-template", "/nonexistent/t.jinja"), "--chat-template"),
     (("--api-key", " "), "--api-key"),
+    # the scenario configures the engine: a flag that would be ignored is refused
+    (("--scenario", E2E_CPU, "--max-num-seqs", "4"), "--max-num-seqs"),
+    (("--scenario", E2E_CPU, "--num-blocks", "64"), "--num-blocks"),
 ])
 def test_bad_serve_flags_fail_with_one_line(flags: tuple[str, ...], field: str) -> None:
     r = _serve(*flags)
