@@ -47,6 +47,7 @@ from loopserve.runs.capacity_probe import (
 from loopserve.runs.plan import TARGETS, plan_runs
 from loopserve.schema import load_scenario
 from loopserve.schema.scenario import Scenario
+from loopserve.workloads.base import MIN_REQUEST_RATE
 
 RESULTS_ROOT = Path("results")
 FACTOR = 2.0
@@ -152,7 +153,7 @@ def _search_arm(scn: Scenario, arm: str, target: str, crit: Criterion, start: fl
             return rows[-1].meets
 
         found = search_capacity(meets, start, tolerance=tolerance, factor=FACTOR,
-                                max_steps=MAX_STEPS)
+                                max_steps=MAX_STEPS, min_rate=MIN_REQUEST_RATE)
     probes = [{"rate": r.rate, "meets": r.meets, "valid": r.valid, **r.values,
                "reason": r.reason} for r in rows]
     at_cap = next((p for p in probes if p["rate"] == found.low), None)

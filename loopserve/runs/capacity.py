@@ -50,8 +50,10 @@ class Capacity:
 
 
 def search_capacity(meets: Callable[[float], bool], start: float, *, tolerance: float = 0.05,
-                    factor: float = 2.0, max_steps: int = 10) -> Capacity:
-    """Bracket from ``start`` then bisect (module docstring); ValueError on bad settings."""
+                    factor: float = 2.0, max_steps: int = 10, min_rate: float = 0.0) -> Capacity:
+    """Bracket from ``start`` then bisect (module docstring); ValueError on bad settings.
+    No rate under ``min_rate`` (what a workload accepts) is probed: reaching it ends the
+    search as ``below_min_rate``."""
     if not (math.isfinite(start) and start > 0):
         raise ValueError(f"start rate must be a finite number > 0, got {start}")
     if not 0 < tolerance < 1:
@@ -81,6 +83,8 @@ def search_capacity(meets: Callable[[float], bool], start: float, *, tolerance: 
         high = start
         for _ in range(max_steps):
             rate = high / factor
+            if rate < min_rate:
+                return Capacity("below_min_rate", None, high, tuple(probes))
             if probe(rate):
                 low = rate
                 break

@@ -122,3 +122,15 @@ def test_bad_input_is_one_line_exit_2_nothing_written(
     err = capsys.readouterr().err
     assert rc == 2 and err.count("\n") == 1 and fragment in err, err
     assert not (tmp_path / "cap").exists()
+
+
+def test_a_start_near_the_minimum_rate_ends_below_min_rate(tmp_path: Path) -> None:
+    # an SLO no rate meets, from a start one step above the workloads' minimum rate: the
+    # search stops at the minimum (below_min_rate) instead of probing a rate it would refuse
+    out = tmp_path / "low"
+    scn = scenario(tmp_path, arms=["mixed"], slo={"itl_p99_ms": 1e-9})
+    assert main(["capacity", str(scn), "--out", str(out), "--no-progress",
+                 "--start-rate", "1.5e-6"]) == 0
+    (a,) = json.loads((out / "capacity.json").read_text())["arms"]
+    assert a["status"] == "below_min_rate" and a["capacity_req_s"] is None
+    assert [p["rate"] for p in a["probes"]] == [1.5e-6]

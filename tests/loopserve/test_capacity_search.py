@@ -69,3 +69,10 @@ def test_bad_settings(kwargs: dict[str, float], message: str) -> None:
     start = args.pop("start")
     with pytest.raises(ValueError, match=message):
         search_capacity(below(2.0), start, **args)  # type: ignore[arg-type]
+
+
+def test_no_rate_under_the_minimum_is_probed() -> None:
+    # a start just above the workloads' minimum rate: one step down would fall under it
+    got = search_capacity(below(0.0), 1.5e-6, factor=2.0, min_rate=1e-6)
+    assert got.status == "below_min_rate" and got.capacity is None
+    assert [p.rate for p in got.probes] == [1.5e-6] and got.high == 1.5e-6
