@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from loopserve.runs.capacity import Capacity, search_capacity
 from loopserve.tune.probe import ProbeResult
 from loopserve.tune.space import Config
+from loopserve.workloads.base import MIN_REQUEST_RATE
 
 
 @dataclass(frozen=True)
@@ -76,7 +77,7 @@ def next_rate(track: Track, s: Settings) -> float | Capacity:
 
     try:
         return search_capacity(meets, s.start, tolerance=s.tolerance, factor=s.factor,
-                               max_steps=s.max_steps)
+                               max_steps=s.max_steps, min_rate=MIN_REQUEST_RATE)
     except _Need as need:
         return need.rate
 
