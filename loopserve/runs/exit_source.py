@@ -62,6 +62,10 @@ def exit_source(scn: Scenario, shape: ModelShape, context: str = "") -> ExitSour
         return ExitSource("core")
     if e.lambdas is not None:
         return ExitSource("synthetic", via="exit.lambdas")
+    if e.exit_threshold >= 1.0:
+        # no token exits before the last depth: the signals are read, never acted on, so
+        # the synthetic stream gives the model's own depths and nothing needs measuring
+        return ExitSource("synthetic", via="exit.exit_threshold")
     # Exit profiles' modules load only for a point that reads one.
     from sim.exit_profile import load_exit_profile, sibling_exit_profile
 

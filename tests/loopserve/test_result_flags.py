@@ -87,7 +87,7 @@ def test_goodput_defaults_to_the_scenario_slo(tmp_path: Path) -> None:
     (["--metric-percentiles", "p99"], "--metric-percentiles: 'p99' is not a number"),
     (["--percentile-metrics", "ttft,latency"], "--percentile-metrics: unknown metric 'latency'"),
     (["--goodput", "itl:5"], "--goodput: 'itl:5' must be ttft:MS"),
-    (["--goodput", "ttft:-1"], "--goodput: 'ttft:-1': the SLO must be >= 0 ms"),
+    (["--goodput", "ttft:-1"], "--goodput: 'ttft:-1': the SLO must be a finite number >= 0 ms"),
     (["--goodput", "ttft:soon"], "--goodput: 'ttft:soon': 'soon' is not a number"),
 ])
 def test_bad_flag_values_are_one_line_exit_2(
