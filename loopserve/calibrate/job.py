@@ -41,7 +41,7 @@ from loopserve.calibrate.measure import (
     measure_shapes,
     time_probes,
 )
-from loopserve.calibrate.readback import measure_readback, readback_shapes
+from loopserve.calibrate.readback import measure_readback, readback_rounds, readback_shapes
 from loopserve.calibrate.result import CalibrationResult
 from loopserve.outputs.env_info import commit_label
 from sim.cost.features import STAGE_KINDS, batch_features
@@ -169,7 +169,7 @@ def _calibrate(
     extras = measure_extras(rig, extra_cases(model_shape.num_depths, quick),
                             rounds=max(3, 2 * repeats), seed=seed)
     rb_shapes = readback_shapes(model_shape.num_depths, quick)
-    readback_s, readback_rows_s = measure_readback(rig, rb_shapes, rounds=max(3, 2 * repeats),
+    readback_s, readback_rows_s = measure_readback(rig, rb_shapes, rounds=readback_rounds(quick),
                                                    seed=seed)
     idle = measure_after_idle(rig, pauses_s=pauses, rounds=idle_rounds, seed=seed)
     probe_after = time_probes(rig, repeats=3 if quick else 9)

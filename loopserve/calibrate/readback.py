@@ -27,6 +27,16 @@ from sim.cost.shape_grid import DecodeRow, Shape
 
 READBACK_ROWS = (1, 4, 16)
 QUICK_READBACK_ROWS = (1, 4)
+# Paired differences of two whole steps are noisy next to a few microseconds of readback;
+# a decode step is short, so many rounds cost little.
+READBACK_ROUNDS = 50
+QUICK_READBACK_ROUNDS = 20
+PAIRS_PER_BUILD = 4
+
+
+def readback_rounds(quick: bool = False) -> int:
+    """Rounds of paired timings per shape."""
+    return QUICK_READBACK_ROUNDS if quick else READBACK_ROUNDS
 
 
 def readback_shapes(num_depths: int, quick: bool = False) -> list[Shape]:
@@ -65,12 +75,12 @@ def measure_readback(rig: CalibrationRig, shapes: list[Shape], *, rounds: int,
         for i in order:
             base, live = rig.build(shapes[i])
             try:
-                pair = [with_signals(base), _without_signals(base)]
-                first_off = rng.random() < 0.5  # which variant runs first changes each time
-                if not first_off:
-                    pair.reverse()
-                t = [_time(timer, lambda b=b: rig.runner.execute(b)) for b in pair]
-                diffs[i].append(t[0] - t[1] if first_off else t[1] - t[0])
+                off, on = with_signals(base), _without_signals(base)
+                for _ in range(PAIRS_PER_BUILD):
+                    first_off = rng.random() < 0.5  # which runs first changes each time
+                    pair = (off, on) if first_off else (on, off)
+                    t = [_time(timer, lambda b=b: rig.runner.execute(b)) for b in pair]
+                    diffs[i].append(t[0] - t[1] if first_off else t[1] - t[0])
             finally:
                 rig.release(live)
     medians = [statistics.median(d) for d in diffs]
