@@ -46,7 +46,7 @@ def readback_shapes(num_depths: int, quick: bool = False) -> list[Shape]:
                                          for i in range(n))) for n in rows]
 
 
-def _without_signals(batch: Batch) -> Batch:
+def without_signals(batch: Batch) -> Batch:
     """``batch`` with no decode row reading its signal back (``readback_skip`` on)."""
     items = tuple(
         ScheduledItem(it.request_id, it.generation, it.kind, it.position, it.num_tokens,
@@ -65,7 +65,7 @@ def measure_readback(rig: CalibrationRig, shapes: list[Shape], *, rounds: int,
     for s in shapes:  # warm both variants once per shape before any timing
         base, live = rig.build(s)
         try:
-            warm_up(lambda b=base: rig.runner.execute(_without_signals(b)))
+            warm_up(lambda b=base: rig.runner.execute(without_signals(b)))
             warm_up(lambda b=base: rig.runner.execute(with_signals(b)))
         finally:
             rig.release(live)
@@ -75,7 +75,7 @@ def measure_readback(rig: CalibrationRig, shapes: list[Shape], *, rounds: int,
         for i in order:
             base, live = rig.build(shapes[i])
             try:
-                off, on = with_signals(base), _without_signals(base)
+                off, on = with_signals(base), without_signals(base)
                 for _ in range(PAIRS_PER_BUILD):
                     first_off = rng.random() < 0.5  # which runs first changes each time
                     pair = (off, on) if first_off else (on, off)
