@@ -17,6 +17,7 @@ clamped at 0 (the gate's cost grows little with the rows next to the sync).
 
 from __future__ import annotations
 
+import functools
 import random
 import statistics
 
@@ -65,8 +66,8 @@ def measure_readback(rig: CalibrationRig, shapes: list[Shape], *, rounds: int,
     for s in shapes:  # warm both variants once per shape before any timing
         base, live = rig.build(s)
         try:
-            warm_up(lambda b=base: rig.runner.execute(without_signals(b)))
-            warm_up(lambda b=base: rig.runner.execute(with_signals(b)))
+            warm_up(functools.partial(rig.runner.execute, without_signals(base)))
+            warm_up(functools.partial(rig.runner.execute, with_signals(base)))
         finally:
             rig.release(live)
     for _ in range(rounds):
@@ -79,7 +80,7 @@ def measure_readback(rig: CalibrationRig, shapes: list[Shape], *, rounds: int,
                 for _ in range(PAIRS_PER_BUILD):
                     first_off = rng.random() < 0.5  # which runs first changes each time
                     pair = (off, on) if first_off else (on, off)
-                    t = [_time(timer, lambda b=b: rig.runner.execute(b)) for b in pair]
+                    t = [_time(timer, functools.partial(rig.runner.execute, b)) for b in pair]
                     diffs[i].append(t[0] - t[1] if first_off else t[1] - t[0])
             finally:
                 rig.release(live)

@@ -25,8 +25,9 @@ from engine.model.build import build_model
 from loopserve.runs import footprint
 
 MODEL = "ouro-1.4b"
-ENGINE = {"max_num_seqs": 16, "max_num_batched_tokens": 256, "prefill_chunk_size": 128,
-          "block_size": 16, "num_blocks": 4096}  # the gpu-check scenario's engine, room to spare
+# The gpu-check scenario's engine, with room to spare in the KV cache.
+ENGINE: dict[str, Any] = {"max_num_seqs": 16, "max_num_batched_tokens": 256,
+                          "prefill_chunk_size": 128, "block_size": 16, "num_blocks": 4096}
 NUM_PROMPTS, PROMPT_TOKENS, OUTPUT_TOKENS = 16, 384, 16
 # The estimate must hold the measured peak and stay within this multiple of it.
 MULTIPLE = 2.0
