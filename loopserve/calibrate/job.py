@@ -41,6 +41,7 @@ from loopserve.calibrate.measure import (
     measure_shapes,
     time_probes,
 )
+from loopserve.calibrate.readback import measure_readback, readback_rounds, readback_shapes
 from loopserve.calibrate.result import CalibrationResult
 from loopserve.outputs.env_info import commit_label
 from sim.cost.features import STAGE_KINDS, batch_features
@@ -50,7 +51,7 @@ from sim.cost.fit import (
     fit_stage,
     pooled_held_out,
 )
-from sim.cost.profile import PROFILE_FORMAT, Profile, Provenance
+from sim.cost.profile import PROFILE_FORMAT, Profile, Provenance, ReadbackTerm
 from sim.cost.resolve import model_label
 from sim.cost.shape_grid import QUICK, GridSpec, probe_shapes, shape_grid
 
@@ -167,6 +168,9 @@ def _calibrate(
                               max_seconds=_SHAPES_SHARE * shapes_s)
     extras = measure_extras(rig, extra_cases(model_shape.num_depths, quick),
                             rounds=max(3, 2 * repeats), seed=seed)
+    rb_shapes = readback_shapes(model_shape.num_depths, quick)
+    readback_s, readback_rows_s = measure_readback(rig, rb_shapes, rounds=readback_rounds(quick),
+                                                   seed=seed)
     idle = measure_after_idle(rig, pauses_s=pauses, rounds=idle_rounds, seed=seed)
     probe_after = time_probes(rig, repeats=3 if quick else 9)
     del rig, runner
@@ -206,6 +210,8 @@ def _calibrate(
         signals=extra_fits["signals"].fit if "signals" in extra_fits else None,
         finalize=extra_fits["finalize"].fit if "finalize" in extra_fits else None,
         after_idle=idle.after_idle,
+        readback=ReadbackTerm(readback_s=readback_s, rows=[len(s.decode) for s in rb_shapes],
+                              per_rows_s=readback_rows_s),
     )
     return CalibrationResult(profile, stages, gap, samples, gaps, in_situ, elapsed,
                              extras, extra_fits, idle)

@@ -208,4 +208,10 @@ def summary(result: CalibrationResult) -> str:
         later = "/".join(f"{f:.2f}" for f in idle.after_idle.later) or "-"
         lines.append(f"after idle (time over warm time of a step started {waits} ms after the "
                      f"last): {shapes}; the next steps pay {later} of that extra")
+    rb = result.profile.readback
+    if rb is not None:
+        per = "/".join(f"{1e3 * t:.4f}" for t in rb.per_rows_s or [])
+        rows = "/".join(str(n) for n in rb.rows or [])
+        lines.append(f"readback: {1e3 * rb.readback_s:.4f} ms per readback (decode steps with "
+                     f"readback_skip off minus on; {rows} rows: {per} ms)")
     return "\n".join(lines)

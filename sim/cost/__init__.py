@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib
+import logging
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -73,8 +74,11 @@ def make_cost_model(
             raise ValueError("cost.profile: the calibrated cost model needs a profile JSON path")
         from sim.cost.calibrated import CalibratedCost
 
-        return CalibratedCost(profile, hardware=hardware,
+        cost = CalibratedCost(profile, hardware=hardware,
                               model=model_name if model_name is not None else shape_name(model))
+        if cost.readback_note is not None:
+            logging.getLogger(__name__).warning(cost.readback_note)
+        return cost
     raise ValueError(f"cost.kind: unknown cost model {kind!r}; use one of {'|'.join(COST_KINDS)}")
 
 

@@ -7,7 +7,8 @@ from pathlib import Path
 from typing import Any
 
 from engine.core.batch import Batch
-from engine.core.results import step_kind
+from engine.core.request import Stage
+from engine.core.results import rfc_readbacks, step_kind
 from sim.cost.features import batch_features
 from sim.cost.profile import Profile, StageFit, load_profile
 
@@ -24,6 +25,12 @@ def stage_kind(batch: Batch, prev: Batch | None = None) -> str:
     return kind
 
 
+def _recurrent_readbacks(batch: Batch) -> int:
+    """Exit-signal readbacks of a recurrent step (a CODA step's own readback is part of the
+    coda stage's measured time)."""
+    return 0 if batch.stage is Stage.CODA else rfc_readbacks(batch)
+
+
 class CalibratedCost:
     """Predicts step times from a profile's per-stage linear models.
 
@@ -32,6 +39,10 @@ class CalibratedCost:
     step that has them and a profile that measured them, the adaptive-exit extras
     (``signals``, ``finalize``), times the profile's ``after_idle`` factor for a step
     ``since_idle`` steps after the first one after an ``idle_s`` wait.
+
+    A profile with a ``readback`` term charges a recurrent step that reads exit signals back
+    its ``readback_s`` once per readback (``rfc_readbacks``, as the roofline does) instead of
+    the ``signals`` model; without one the ``signals`` model charges it (``readback_note``).
     """
 
     def __init__(
@@ -57,9 +68,14 @@ class CalibratedCost:
         self._fits: dict[str, StageFit] = {str(k): v for k, v in p.stages.items()}
         self._gap = p.step_gap
         self._idle = p.after_idle
+        self.readback_s = None if p.readback is None else p.readback.readback_s
+        self.readback_note = None if p.readback is not None else (
+            "cost.profile: no readback term (an older profile); a readback is charged by the "
+            "signals model (gate plus one readback); re-run loopserve calibrate to measure it")
+        signals = p.signals if self.readback_s is None else None
         # (name, the feature that makes a step incur it, its model)
         self._extras = [(name, feature, fit) for name, feature, fit in (
-            ("signals", "signal_rows", p.signals), ("finalize", "finalize_copies", p.finalize))
+            ("signals", "signal_rows", signals), ("finalize", "finalize_copies", p.finalize))
             if fit is not None]
 
     def _fit(self, batch: Batch, prev: Batch | None = None) -> tuple[str, StageFit]:
@@ -81,6 +97,8 @@ class CalibratedCost:
         for _, feature, extra in self._extras:
             if f[feature] > 0:
                 t += extra.predict(f)
+        if self.readback_s is not None:
+            t += self.readback_s * _recurrent_readbacks(batch)
         if idle_s > 0.0 and self._idle is not None:
             t *= self._idle.factor(idle_s, kind, since_idle)
         return t
@@ -114,6 +132,8 @@ class CalibratedCost:
         for name, feature, extra in self._extras:
             if f[feature] > 0:
                 out[f"{name}_s"] = extra.predict(f)
+        if self.readback_s is not None:
+            out["readback_s"] = self.readback_s * _recurrent_readbacks(batch)
         out["host_s"] = self.gap_time(batch)
         out["total_s"] = self.step_time(batch)
         return out

@@ -43,6 +43,13 @@ Optional parts (absent in older files, which keep loading):
   instead of after a like call. The model uses it for a decode step whose previous step was
   prompt, prefill or mixed work (``step_time(batch, prev)``): that work evicts the decode
   rows' KV and weights from the caches, which costs most on a CPU at long contexts;
+- ``readback``: ``{"readback_s": ...}``, what one exit-signal readback adds to a recurrent
+  step (``scheduler.readback_skip`` off against on: the gate, the device-to-host copy, the
+  host's wait and the lost overlap; ``loopserve.calibrate.readback``). A profile with it
+  charges it once per readback (one per recurrent step that reads signals back, as the
+  roofline charges its ``readback_s``) in place of the ``signals`` model. Fallback for a
+  profile without it: the ``signals`` model (gate plus one readback, timed alone) charges
+  those steps, and ``CalibratedCost.readback_note`` says so;
 - ``after_idle`` (``sim.cost.after_idle.AfterIdle``): the extra execute time of the first steps
   after the engine sat idle, by step kind and idle time (``step_time(batch, prev, idle_s,
   since_idle)``, counted by ``sim.cost.waits``).
@@ -53,7 +60,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from sim.cost.after_idle import AfterIdle
 from sim.cost.features import FEATURE_NAMES, STAGE_KINDS
@@ -191,6 +198,17 @@ class StageFit(BaseModel):
         return max(0.0, t)
 
 
+class ReadbackTerm(BaseModel):
+    """The measured per-readback extra of a recurrent step (seconds, >= 0)."""
+
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
+
+    readback_s: float = Field(ge=0.0, description="seconds one exit-signal readback adds to "
+                              "a recurrent step; re-run calibration if negative")
+    rows: list[int] | None = None  # decode rows of the measured batches
+    per_rows_s: list[float] | None = None  # each batch's median difference, same order
+
+
 class Profile(BaseModel):
     """A calibrated profile (format ``loopserve-profile/1``)."""
 
@@ -205,6 +223,7 @@ class Profile(BaseModel):
     signals: StageFit | None = None
     finalize: StageFit | None = None
     after_idle: AfterIdle | None = None
+    readback: ReadbackTerm | None = None
 
     @field_validator("stages")
     @classmethod

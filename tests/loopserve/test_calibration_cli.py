@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import csv
 import json
+import math
 from pathlib import Path
 
 import pytest
@@ -69,6 +70,10 @@ def test_quick_calibration_writes_a_valid_profile(calibrated: Path) -> None:
     # the adaptive-exit extras: fitted, and at least their fixed part costs something
     assert prof.signals is not None and prof.finalize is not None
     assert prof.finalize.predict({"finalize_copies": 1.0}) > 0
+    # the readback term: readback_skip off against on over the same decode steps
+    assert prof.readback is not None
+    assert math.isfinite(prof.readback.readback_s) and prof.readback.readback_s >= 0
+    assert prof.readback.rows == [1, 4] and len(prof.readback.per_rows_s or []) == 2
     assert all(float(r["measured_s"]) > 0 and r["predicted_s"] for r in shapes)
     # the first step after a wait: measured at the quick waits, never below warm
     assert prof.after_idle is not None and prof.after_idle.idle_s == [0.02, 0.2]

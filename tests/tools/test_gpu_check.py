@@ -74,6 +74,9 @@ def test_dry_run_runs_every_stage_and_passes(dry_run: tuple[subprocess.Completed
     for name in ("fa4", "graphs", "graph_tokens", "graph_runs"):  # the GPU path: CUDA only
         assert (stages[name]["status"], stages[name]["detail"]) == (
             "skipped", "needs CUDA: CUDA graphs and flash_attn_4 run only on a GPU")
+    assert (stages["footprint"]["status"], stages["footprint"]["detail"]) == (
+        "skipped", "needs CUDA: torch.cuda.max_memory_allocated reads the CUDA allocator")
+    assert "footprint" not in results
     # The carried wheel went through the offline pip install.
     assert "gpucheck_probe-0.1.dist-info" in results["wheels"]["installed"]
     assert results["imports"]["torch"] and results["imports"]["simpy"]

@@ -11,6 +11,8 @@ from dataclasses import dataclass
 
 from tools.gpu.context import Check
 from tools.gpu.device_stages import ceilings, core, divergence, kernel, pytest
+from tools.gpu.footprint_stage import DRY_RUN_REASON as CUDA_ALLOCATOR
+from tools.gpu.footprint_stage import footprint
 from tools.gpu.graph_stages import DRY_RUN_REASON as GPU_PATH
 from tools.gpu.graph_stages import fa4, graph_runs, graph_tokens, graphs
 from tools.gpu.profile_stage import profile
@@ -51,6 +53,7 @@ STAGES = (
     StageSpec("runs", 240, 120, 60),
     StageSpec("graph_runs", 150, 10, 0, cuda_only=GPU_PATH),
     StageSpec("profile", 150, 60, 15),
+    StageSpec("footprint", 120, 10, 0, cuda_only=CUDA_ALLOCATOR),
     StageSpec("divergence", 120, 45, 20),
     StageSpec("calibrate", 160, 80, 20),
     # Needs the calibrate stage's profile, and its own budget on a GPU: a second call,
@@ -63,5 +66,5 @@ RUNNERS: dict[str, Callable[[Check, float], str]] = {
     "pytest": pytest, "core": core, "runs": runs, "divergence": divergence,
     "calibrate": calibrate, "fidelity": fidelity, "fa4": fa4, "graphs": graphs,
     "graph_tokens": graph_tokens, "graph_runs": graph_runs,
-    "profile": profile,
+    "profile": profile, "footprint": footprint,
 }
