@@ -161,7 +161,7 @@ class LLM:
         self.runner = build_runner(model, self.core, device, dtype, seed, attention_backend)
         self.loop = StepLoop(self.core)
         self.outputs = OutputProcessor(self.core, tokenizer)
-        self._held: HeldSamples[tuple[str, list[int], SamplingParams]] = HeldSamples()
+        self._held: HeldSamples[tuple[str, list[int], SamplingParams, str]] = HeldSamples()
         self._ids = itertools.count()
         self._finished: list[Request] = []
         self._t0 = time.perf_counter()
@@ -178,25 +178,28 @@ class LLM:
         rid = request_id if request_id is not None else str(next(self._ids))
         params = params or SamplingParams()
         prompt = list(prompt_token_ids)
-        hold = params.n > 1 and self.cfg.cache.enable_prefix_caching
+        group = sample_request_id(rid, 0, params.n) if params.n > 1 else None
         for i in range(params.n):
             sid, sp = sample_request_id(rid, i, params.n), sample_params(params, i)
-            if hold and i > 0:
-                self._held.hold(sample_request_id(rid, 0, params.n), sid, (sid, prompt, sp))
+            if group is not None and i > 0:
+                self._held.hold(group, sid, (sid, prompt, sp, group))
             else:
-                self._add_sample(sid, prompt, sp)
+                self._add_sample(sid, prompt, sp, group)
         return rid
 
-    def _add_sample(self, request_id: str, prompt: list[int], params: SamplingParams) -> None:
+    def _add_sample(
+        self, request_id: str, prompt: list[int], params: SamplingParams, group: str | None
+    ) -> None:
         self.outputs.add(request_id, params)
-        self.core.add_request(request_id, prompt, params, self._now())
+        self.core.add_request(request_id, prompt, params, self._now(), prefix_group=group)
 
     def abort(self, request_id: str) -> bool:
         self.outputs.drop(request_id)
         if self._held.drop(request_id):
             return True
-        for sid, prompt, sp in self._held.release((), [request_id]):  # a leader's samples
-            self._add_sample(sid, prompt, sp)
+        # An aborted leader's held samples are admitted on their own.
+        for sid, prompt, sp, group in self._held.release((), [request_id]):
+            self._add_sample(sid, prompt, sp, group)
         return self.core.abort(request_id)
 
     def step(self) -> list[TokenEvent]:
@@ -213,8 +216,10 @@ class LLM:
         self.outputs.process(events)
         finished = self.loop.take_finished()
         self._finished += finished
-        for sid, prompt, sp in self._held.release(events, (r.request_id for r in finished)):
-            self._add_sample(sid, prompt, sp)
+        for sid, prompt, sp, group in self._held.release(
+            events, (r.request_id for r in finished)
+        ):
+            self._add_sample(sid, prompt, sp, group)
         return events
 
     def pop_finished(self) -> list[Request]:

@@ -5,10 +5,12 @@ request brings a seed, the seed ``seed + i`` (vLLM's rule): sample ``i`` of a se
 gives the same tokens as a single request with seed ``seed + i``. Without a seed each sample
 draws from (engine seed, its own request id, position), so the samples differ.
 
-The samples share the prompt's prefill through the prefix cache: with prefix caching on,
-samples 1..n-1 are held until sample 0 has its first token (its prompt blocks are then
-published), and admitted afterwards they find the whole prompt but its last token cached.
-Without prefix caching the samples are admitted together and each runs its own prefill.
+The samples share the prompt's prefill: samples 1..n-1 are held until sample 0 has its
+first token (its prompt blocks are then published), and admitted afterwards they find the
+whole prompt but its last token cached. With prefix caching on they find it in the prefix
+cache; without it every sample is added to the core with ``prefix_group`` set to sample 0's
+id, and the block manager shares the prompt blocks within that group only (dropped once no
+sample holds them). A sample 0 that finishes at its first token leaves nothing to share.
 """
 
 from __future__ import annotations

@@ -10,6 +10,13 @@ With ``enable_prefix_caching`` a table's leading blocks may be cached entries sh
 other requests (``engine.core.prefix_cache``): a hit at admission, or a request's own full
 prompt block once published. A shared block is never written, finalized into or evicted;
 freed, it stays cached and counts as free capacity until the pool evicts it (LRU).
+
+Without prefix caching the same machinery shares one prompt's blocks within a request group
+only (the ``n`` samples of one prompt, ``engine.parallel_sampling``): a grouped request's
+block hashes chain from a root naming its group, so no other request can hit them, and an
+entry is dropped back to the free list as soon as no table holds it. Nothing is counted in
+the prefix-cache stats, and under the ``shared`` layout (whose prompt K/V depends on where a
+chunk starts) grouped requests share nothing.
 """
 
 from __future__ import annotations
@@ -43,8 +50,14 @@ class BlockManager:
         self.prefix_cache: PrefixCache | None = (
             PrefixCache(self.num_planes) if cache.enable_prefix_caching else None
         )
+        # The cache the tables share entries of: the prefix cache, or with caching off a
+        # group-scoped one (None under the shared layout, where nothing is shared).
+        self._pc: PrefixCache | None = self.prefix_cache
+        if self._pc is None and cache.layout != "shared":
+            self._pc = PrefixCache(self.num_planes)
         # Everything per engine that changes a prompt position's K/V besides its tokens.
-        self._prefix_root = root_hash(f"{cache.layout}/{num_depths}")
+        self._prefix_key = f"{cache.layout}/{num_depths}"
+        self._prefix_root = root_hash(self._prefix_key)
 
     # ---- capacity -------------------------------------------------------------------------
     def blocks_for(self, num_tokens: int) -> int:
@@ -53,7 +66,7 @@ class BlockManager:
 
     @property
     def _num_evictable(self) -> int:
-        pc = self.prefix_cache
+        pc = self._pc
         return 0 if pc is None else pc.num_evictable_blocks
 
     @property
@@ -83,7 +96,7 @@ class BlockManager:
     def _take_block(self) -> int:
         """A free block, evicting the least recently used cached one when none is."""
         if not self._free:
-            pc = self.prefix_cache
+            pc = self._pc
             evicted = None if pc is None else pc.evict_lru()
             if evicted is None:
                 raise KVIntegrityError("block pool exhausted below its promised capacity")
@@ -91,12 +104,19 @@ class BlockManager:
         return self._free.popleft()
 
     # ---- allocation -----------------------------------------------------------------------
-    def block_hashes(self, prompt_token_ids: Sequence[int]) -> list[bytes]:
-        """The prompt's chained full-block hashes ([] without prefix caching): computed once
-        per request, when it arrives."""
-        if self.prefix_cache is None:
+    def block_hashes(
+        self, prompt_token_ids: Sequence[int], group: str | None = None
+    ) -> list[bytes]:
+        """The prompt's chained full-block hashes: computed once per request, when it
+        arrives. Without prefix caching only a grouped request has them, chained from its
+        group's own root; [] otherwise."""
+        if self.prefix_cache is not None:
+            root = self._prefix_root
+        elif self._pc is not None and group is not None:
+            root = root_hash(f"{self._prefix_key}/group/{group}")
+        else:
             return []
-        return hash_prompt_blocks(prompt_token_ids, self.block_size, self._prefix_root)
+        return hash_prompt_blocks(prompt_token_ids, self.block_size, root)
 
     def cached_prefix(
         self, block_hashes: Sequence[bytes], num_prompt_tokens: int
@@ -104,7 +124,7 @@ class BlockManager:
         """The longest cached prefix of a prompt, as a lookup (no reference taken). At least
         its last token stays uncached, so the first output token has a hidden state to come
         from (vLLM recomputes it too): a whole-prompt hit recomputes the last block."""
-        pc = self.prefix_cache
+        pc = self._pc
         if pc is None or not block_hashes:
             return []
         return pc.longest_prefix(block_hashes, (num_prompt_tokens - 1) // self.block_size)
@@ -131,8 +151,8 @@ class BlockManager:
             return False
         lifetime = self.blocks_for(lifetime_tokens) - hit * self.num_planes
         per_plane = max(math.ceil(num_tokens / self.block_size), hit)
-        if self.prefix_cache is not None and prefix:
-            self.prefix_cache.acquire(prefix)
+        if self._pc is not None and prefix:
+            self._pc.acquire(prefix)
         tables = [[e.blocks[p] for e in prefix] for p in range(self.num_planes)]
         for table in tables:
             while len(table) < per_plane:
@@ -165,7 +185,8 @@ class BlockManager:
 
     def free(self, key: Key) -> None:
         """Release exactly what ``key`` holds: its own blocks return to the pool, its
-        references to cached entries are dropped (the entries stay cached)."""
+        references to cached entries are dropped (the entries stay cached; a group's entries
+        without prefix caching return to the pool once no table holds them)."""
         alloc = self._allocs.pop(key, None)
         if alloc is None:
             return
@@ -176,8 +197,12 @@ class BlockManager:
                 self._free.extend([b for i, b in enumerate(table) if i not in shared])
             else:
                 self._free.extend(table)
-        if shared and self.prefix_cache is not None:
-            self.prefix_cache.release([shared[i] for i in sorted(shared)])
+        pc = self._pc
+        if shared and pc is not None:
+            pc.release([shared[i] for i in sorted(shared)])
+            if self.prefix_cache is None:
+                while (evicted := pc.evict_lru()) is not None:
+                    self._free.extend(evicted)
 
     def holds(self, key: Key) -> bool:
         return key in self._allocs
@@ -198,7 +223,7 @@ class BlockManager:
         """Cache ``key``'s full prompt blocks within its first ``num_tokens`` positions; every
         plane of them must be written (the chunk finished depth D-1). The hashes cover full
         prompt blocks only, so a block holding a decode position is never published."""
-        pc = self.prefix_cache
+        pc = self._pc
         if pc is None:
             return
         alloc = self._allocs[key]
@@ -282,5 +307,5 @@ class BlockManager:
         cached entry's references disagree with the tables holding it."""
         check_pool(
             self.num_blocks, self.block_size, list(self._free), self._allocs,
-            self._reserved_total, self.prefix_cache,
+            self._reserved_total, self._pc,
         )

@@ -56,8 +56,12 @@ class EngineCore:
         params: SamplingParams,
         arrival_s: float,
         priority: int = 0,
+        prefix_group: str | None = None,
     ) -> Request:
-        """Queue a request. Raises ValueError on a bad request (nothing is queued)."""
+        """Queue a request. Raises ValueError on a bad request (nothing is queued).
+        ``prefix_group`` names the requests sharing one prompt's prefill (the ``n`` samples
+        of one prompt): without prefix caching they still share its full prompt blocks,
+        with each other only."""
         if request_id in self.requests:
             raise ValueError(f"request_id: {request_id!r} is still active; use a new id")
         if len(prompt_token_ids) == 0:
@@ -79,7 +83,7 @@ class EngineCore:
                 f"{self.block_manager.blocks_for(req.lifetime_tokens)} KV blocks but the cache has "
                 f"{self.block_manager.num_blocks}; shorten it or raise cache.num_blocks"
             )
-        req.block_hashes = self.block_manager.block_hashes(req.prompt_token_ids)
+        req.block_hashes = self.block_manager.block_hashes(req.prompt_token_ids, prefix_group)
         req.decider = make_decider(
             exit_cfg, self.num_depths, request_key=request_id, trace=trace, seed=params.seed
         )

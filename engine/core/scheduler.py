@@ -147,6 +147,7 @@ class Scheduler:
             return False
         if bm.prefix_cache is not None:
             bm.prefix_cache.stats.record(req.num_prompt_tokens, hit)
+        if hit:
             # The prompt's work starts after the hit (atomic chunks and prompt items read it).
             req.num_cached_tokens = req.num_prefilled_tokens = req.position = hit
         return True

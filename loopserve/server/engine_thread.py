@@ -173,15 +173,15 @@ class EngineThread:
     def _add(self, sub: Submission, out: list[tuple[asyncio.Queue[list[Item]], list[Item]]]
              ) -> None:
         leader = self.core.requests.get(sub.leader) if sub.leader is not None else None
-        if (leader is not None and not leader.output_token_ids
-                and self.core.cfg.cache.enable_prefix_caching):
+        if leader is not None and not leader.output_token_ids:
             self._held.hold(leader.request_id, sub.request_id, sub)
             return
         self.taken += 1
         arrival = max(0.0, sub.accepted_perf - self._t0)
         try:
             self.outputs.add(sub.request_id, sub.params)
-            self.core.add_request(sub.request_id, sub.prompt_token_ids, sub.params, arrival)
+            self.core.add_request(sub.request_id, sub.prompt_token_ids, sub.params, arrival,
+                                  prefix_group=sub.group)
         except ValueError as err:  # the HTTP side validates first; this is the backstop
             self.outputs.drop(sub.request_id)
             out.append((sub.sink, [Failure(str(err), sub.request_id)]))

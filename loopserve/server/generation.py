@@ -51,9 +51,10 @@ class Generation:
         for p, (ids, sp) in enumerate(zip(prompts, params, strict=True)):
             for i in range(sp.n):
                 rid = shapes.rid if len(prompts) * sp.n == 1 else f"{shapes.rid}-{p * sp.n + i}"
-                leader = self.submissions[p * sp.n].request_id if i else None
-                self.submissions.append(Submission(rid, ids, sample_params(sp, i), now,
-                                                   self.queue, leader))
+                group = self.submissions[p * sp.n].request_id if i else rid
+                self.submissions.append(Submission(
+                    rid, ids, sample_params(sp, i), now, self.queue, group if i else None,
+                    group if sp.n > 1 else None))
         self.index = {s.request_id: k for k, s in enumerate(self.submissions)}
         logprobs = [s.params.logprobs is not None for s in self.submissions]
         self.choices = [_Choice(logprobs=[] if lp else None) for lp in logprobs]

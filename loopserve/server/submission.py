@@ -23,7 +23,8 @@ Item = Delta | Failure
 @dataclass(slots=True)
 class Submission:
     """One sample of one prompt. ``leader``: the request whose first token this one waits
-    for before admission when prefix caching is on (``engine.parallel_sampling``)."""
+    for before admission; ``group``: sample 0's id for every sample of an ``n > 1`` prompt,
+    whose prompt blocks they share (``engine.parallel_sampling``)."""
 
     request_id: str
     prompt_token_ids: list[int]
@@ -31,3 +32,4 @@ class Submission:
     accepted_perf: float  # time.perf_counter() when the HTTP side accepted it
     sink: asyncio.Queue[list[Item]]
     leader: str | None = None
+    group: str | None = None

@@ -13,7 +13,7 @@ from openai import OpenAI
 
 from engine.core.request import SamplingParams
 from engine.llm import LLM
-from tests.reference import fixtures  # noqa: F401 - one torch thread, as the other engine tests
+from tests.reference import fixtures  # one torch thread, as the other engine tests
 from tests.server_helpers import Running, running_server
 
 PROMPT = [3, 14, 15, 9, 26, 5, 35, 8, 9, 7, 9, 3, 2, 3, 8, 4, 6, 2, 6, 4]
@@ -121,7 +121,17 @@ def test_n_with_a_seed_equals_single_requests_with_derived_seeds(prefix_caching:
     with running_server(enable_prefix_caching=prefix_caching) as srv:
         client = _client(srv)
         kw = dict(model="tiny", prompt=PROMPT, max_tokens=8, temperature=1.0)
+        seen = fixtures.HiddenRecorder()
+        srv.service.engine.runner.hidden_hook = seen
         both = client.completions.create(n=3, seed=21, **kw)
+        srv.service.engine.runner.hidden_hook = None
+        # Samples 1 and 2 compute only the prompt after its full blocks, caching on or off.
+        block_size = srv.service.engine.core.cfg.cache.block_size
+        tail = len(PROMPT) // block_size * block_size
+        computed = sorted(
+            sorted({pos for r, pos, _ in seen.rows if r == rid and pos < len(PROMPT)})
+            for rid in {r for r, _, _ in seen.rows})
+        assert computed == [list(range(len(PROMPT)))] + [list(range(tail, len(PROMPT)))] * 2
         singles = [client.completions.create(seed=21 + i, **kw).choices[0].text
                    for i in range(3)]
         assert [c.index for c in both.choices] == [0, 1, 2]
