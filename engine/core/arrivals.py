@@ -35,6 +35,19 @@ def injection_problem(core: EngineCore, spec: ArrivalSpec, now_s: float) -> str 
     return None
 
 
+def timed_arrivals(source: ArrivalSource) -> list[ArrivalSpec]:
+    """The source's timed requests in arrival order; ValueError for one without a time >= 0."""
+    timed = list(source.initial())
+    for spec in timed:
+        if spec.arrival_s is None or not spec.arrival_s >= 0.0:
+            raise ValueError(
+                f"workload: request {spec.request_id} has arrival_s {spec.arrival_s!r}; "
+                "timed arrivals need a time >= 0"
+            )
+    timed.sort(key=lambda s: s.arrival_s or 0.0)
+    return timed
+
+
 class ArrivalFeeder:
     """Submits a source's requests into ``core`` and tells the recorder."""
 
@@ -42,15 +55,7 @@ class ArrivalFeeder:
         self.core = core
         self.source = source
         self.recorder = recorder
-        timed = list(source.initial())
-        for spec in timed:
-            if spec.arrival_s is None or not spec.arrival_s >= 0.0:
-                raise ValueError(
-                    f"workload: request {spec.request_id} has arrival_s {spec.arrival_s!r}; "
-                    "timed arrivals need a time >= 0"
-                )
-        timed.sort(key=lambda s: s.arrival_s or 0.0)
-        self.timed = timed
+        self.timed = timed_arrivals(source)
         self.next_arrival = 0
 
     @property

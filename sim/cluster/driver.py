@@ -25,6 +25,7 @@ from typing import Any
 
 import simpy
 
+from engine.core.arrivals import timed_arrivals
 from engine.core.config import EngineConfig
 from engine.core.fake_executor import SignalFn
 from engine.core.records import ArrivalSource, ArrivalSpec, RunRecords
@@ -70,15 +71,7 @@ class ClusterRun:
         self.num_planes = cfg.cache.num_planes(cfg.model.num_depths)
         self.specs: dict[str, ArrivalSpec] = {}
         self.info: dict[str, RequestInfo] = {}
-        timed = list(source.initial())
-        for spec in timed:
-            if spec.arrival_s is None or not spec.arrival_s >= 0.0:
-                raise ValueError(
-                    f"workload: request {spec.request_id} has arrival_s {spec.arrival_s!r}; "
-                    "timed arrivals need a time >= 0"
-                )
-        timed.sort(key=lambda s: s.arrival_s or 0.0)
-        self.timed = timed
+        self.timed = timed_arrivals(source)
         self.next_arrival = 0
 
     # ---- arrivals and routing ------------------------------------------------------------
