@@ -9,7 +9,7 @@ File format ``loopserve-profile/1`` (JSON, stored as
       "hardware": "h200",                 # the hardware name scenarios ask for
       "model": "ouro-1.4b",               # the model preset (or checkpoint) name
       "provenance": {"device": "NVIDIA H200", "torch_version": "2.13.0",
-                     "dtype": "bfloat16", "commit": "<git sha>", "date": "2026-01-01",
+                     "dtype": "bfloat16", "commit": "<git sha>", "date": "<ISO date>",
                      "held_out_mape": 0.04},
       "stages": {
         "decode":  {"features": ["rows", "context_sum"], "coef": [1.2e-6, 3e-10],
