@@ -16,7 +16,6 @@ triggers. Per-step work is O(batch); only raw rows are stored, metrics come afte
 
 from __future__ import annotations
 
-import gc
 import time
 from collections.abc import Generator
 from typing import Any
@@ -24,17 +23,15 @@ from typing import Any
 import simpy
 
 from engine.core.arrivals import ArrivalFeeder
-from engine.core.batch import Batch
 from engine.core.config import EngineConfig
 from engine.core.engine_core import EngineCore
 from engine.core.fake_executor import SignalFn
 from engine.core.records import ArrivalSource, RunRecorder, RunRecords
 from engine.core.run_loop import StepLoop, stall_message
 from sim.cost.base import CostModel
-from sim.cost.waits import Waits
-from sim.errors import SimulationDeadlock, SimulationStopped
+from sim.errors import SimulationDeadlock
 from sim.executor import SimExecutor
-from sim.stop import REQUESTED as STOP_REQUESTED
+from sim.step_clock import StepClock, check_stop, run_without_gc
 
 
 class _SimRun:
@@ -85,12 +82,10 @@ class _SimRun:
         before waiting idle). Each step's start is the previous end, exactly as one timeout
         per step would give, so the rows are the same to the bit.
         """
-        env, core, executor, cost = self.env, self.core, self.executor, self.cost
+        env, core, executor = self.env, self.core, self.executor
         loop, feeder = self.loop, self.feeder
         now = env.now
-        prev: Batch | None = None
-        last_end = now  # back to back, a step starts where the last ended: no idle time
-        waits = Waits()
+        clock = StepClock(self.cost, now)
         while True:
             if feeder.next_due_s <= now:
                 feeder.submit_due(now)
@@ -107,32 +102,18 @@ class _SimRun:
                 continue
             start = now
             result = executor.execute(batch)
-            waits.start(start - last_end)
-            duration = cost.step_time(batch, prev, waits.idle_s, waits.since_idle)
-            prev = batch
-            if not duration >= 0.0:
-                raise ValueError(f"cost model returned {duration!r} s for step {batch.step}")
-            end = now = last_end = start + duration
+            end = now = clock.end_of(batch, start)
             if feeder.next_due_s <= end:
                 yield env.timeout(end - env.now)
             loop.after_step(batch, result, start, end)
-            if STOP_REQUESTED[0]:  # a signal arrived: end within a step (sim.stop)
-                raise SimulationStopped(f"stopped at step {batch.step}")
+            check_stop(batch)
         loop.drain()  # nothing left for a runner to release
 
     def run(self) -> RunRecords:
         t0 = time.perf_counter()
         self.env.process(self.arrival_process())
         engine = self.env.process(self.engine_process())
-        # The run allocates millions of acyclic rows and items; with the cyclic collector on,
-        # every full collection walks all the rows kept so far (a tenth of the run's time).
-        gc_was_enabled = gc.isenabled()
-        gc.disable()
-        try:
-            self.env.run(until=engine)
-        finally:
-            if gc_was_enabled:
-                gc.enable()
+        run_without_gc(self.env, engine)
         records = self.recorder.records
         records.wall_s = time.perf_counter() - t0
         return records

@@ -38,7 +38,8 @@ MODULES = tuple(f"engine.core.{m}" for m in (
     "admission", "arrivals", "batch", "block_manager", "columns", "engine_core", "exits",
     "fake_executor", "kv_allocation", "policies", "prefix_cache", "prompt_state", "records",
     "request", "results", "run_loop", "scheduler",
-)) + ("sim.driver", "sim.executor", "sim.cost.base", "sim.cost.roofline", "sim.cost.waits")
+)) + ("sim.driver", "sim.executor", "sim.step_clock", "sim.cost.base",
+     "sim.cost.roofline", "sim.cost.waits")
 
 
 def sources() -> list[Path]:

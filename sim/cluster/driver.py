@@ -18,7 +18,6 @@ token reaches the client when its KV lands (TTFT = queueing + prefill + transfer
 from __future__ import annotations
 
 import dataclasses
-import gc
 import time
 from collections.abc import Generator
 from typing import Any
@@ -38,6 +37,7 @@ from sim.cluster.router import Router
 from sim.cost.base import CostModel
 from sim.errors import SimulationDeadlock
 from sim.executor import SimExecutor
+from sim.step_clock import run_without_gc
 
 
 class ClusterRun:
@@ -153,13 +153,7 @@ class ClusterRun:
         self.env.process(self.arrival_process())
         for replica in self.replicas:
             self.env.process(replica.process())
-        gc_was_enabled = gc.isenabled()
-        gc.disable()
-        try:
-            self.env.run()
-        finally:
-            if gc_was_enabled:
-                gc.enable()
+        run_without_gc(self.env)
         for replica in self.replicas:
             core = replica.core
             if core.has_work() or replica.pending or replica.landed:

@@ -11,7 +11,6 @@ from typing import Any, Protocol
 
 import simpy
 
-from engine.core.batch import Batch
 from engine.core.config import EngineConfig
 from engine.core.engine_core import EngineCore
 from engine.core.kv_handoff import land_prefilled, reserve_prefilled
@@ -19,8 +18,8 @@ from engine.core.records import ArrivalSource, ArrivalSpec
 from engine.core.results import TokenEvent
 from engine.core.run_loop import StepLoop
 from sim.cost.base import CostModel
-from sim.cost.waits import Waits
 from sim.executor import SimExecutor
+from sim.step_clock import StepClock, check_stop
 
 
 class ClusterRun(Protocol):
@@ -118,9 +117,7 @@ class Replica:
         run, env, core, loop = self.run, self.run.env, self.core, self.loop
         executor, cost = run.executor, run.cost
         now = env.now
-        prev: Batch | None = None
-        last_end = now
-        waits = Waits()
+        clock = StepClock(cost, now)
         while True:
             if run.next_due_s <= now:
                 run.route_due(now)
@@ -136,15 +133,11 @@ class Replica:
                 continue
             start = now
             result = executor.execute(batch)
-            waits.start(start - last_end)
-            duration = cost.step_time(batch, prev, waits.idle_s, waits.since_idle)
-            prev = batch
-            if not duration >= 0.0:
-                raise ValueError(f"cost model returned {duration!r} s for step {batch.step}")
-            end = now = last_end = start + duration
+            end = now = clock.end_of(batch, start)
             yield env.timeout(end - env.now)
             events = loop.after_step(batch, result, start, end)
-            self.busy_s += duration
+            self.busy_s += clock.duration
             for event in events:
                 if event.finished:
                     run.finished(self, event)
+            check_stop(batch)

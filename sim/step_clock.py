@@ -1,0 +1,58 @@
+"""The simulated clock of one engine's step loop: each step is priced by the cost model from
+the batch, the step before it and the idle time before it, and starts where the last ended.
+The single-engine driver and every cluster replica advance their time through it, so a step
+costs the same in both; ``run_without_gc`` runs a simulation with the cyclic collector off."""
+
+from __future__ import annotations
+
+import gc
+from typing import Any
+
+import simpy
+
+from engine.core.batch import Batch
+from sim.cost.base import CostModel
+from sim.cost.waits import Waits
+from sim.errors import SimulationStopped
+from sim.stop import REQUESTED as STOP_REQUESTED
+
+
+class StepClock:
+    """Prices the steps of one engine in the order they run."""
+
+    def __init__(self, cost: CostModel, now: float) -> None:
+        self.cost = cost
+        self.prev: Batch | None = None
+        self.last_end = now  # back to back, a step starts where the last ended: no idle time
+        self.waits = Waits()
+        self.duration = 0.0  # the last step's
+
+    def end_of(self, batch: Batch, start: float) -> float:
+        """When ``batch``, starting at ``start``, ends; ValueError on a negative price."""
+        waits = self.waits
+        waits.start(start - self.last_end)
+        duration = self.cost.step_time(batch, self.prev, waits.idle_s, waits.since_idle)
+        self.prev = batch
+        self.duration = duration
+        if not duration >= 0.0:
+            raise ValueError(f"cost model returned {duration!r} s for step {batch.step}")
+        self.last_end = start + duration
+        return self.last_end
+
+
+def check_stop(batch: Batch) -> None:
+    """End the simulation after ``batch`` when a signal asked for it (``sim.stop``)."""
+    if STOP_REQUESTED[0]:
+        raise SimulationStopped(f"stopped at step {batch.step}")
+
+
+def run_without_gc(env: simpy.Environment, until: Any = None) -> None:
+    """``env.run(until)`` with the cyclic collector off: a run allocates millions of acyclic
+    rows and items, and every full collection would walk all the rows kept so far."""
+    gc_was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        env.run(until=until)
+    finally:
+        if gc_was_enabled:
+            gc.enable()
