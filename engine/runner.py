@@ -9,7 +9,6 @@ and each running request's one-row decode state.
 
 from __future__ import annotations
 
-import math
 import time
 from collections.abc import Callable
 
@@ -23,6 +22,7 @@ from engine.core.config import EngineConfig, ExitConfig
 from engine.core.engine_core import EngineCore
 from engine.core.request import Request, SamplingParams, Stage
 from engine.core.results import CodaResult, RecurrentResult, StepResult
+from engine.exit_signals import exit_signals
 from engine.graphs.build import CallGraphs, Capture, GraphSettings, build_call_graphs
 from engine.kv_cache import KVCache
 from engine.live_items import expand_result, live_items
@@ -252,7 +252,10 @@ class ModelRunner:
             last = (pairs, y)
         signals = None
         if batch.stage is Stage.RECURRENT and batch.needs_signals and last is not None:
-            signals = self._signals(last[0], last[1], batch.num_decode_items)
+            signals = exit_signals(
+                last[0], last[1], batch.num_decode_items, gate=self.model.gate,
+                heads=self._head, lookahead_seed=self._lookahead_seed,
+                readbacks=self.readbacks, device=self.device)
         self._store(batch, work)
         return signals
 
@@ -271,30 +274,6 @@ class ModelRunner:
             elif item.is_last_chunk:
                 slot = self.decode_states.slot_or_new(item.key)
                 self.decode_states.hidden[slot] = rows[-1]
-
-    def _signals(self, pairs: CallPairs, y: torch.Tensor, num_decode: int) -> tuple[float, ...]:
-        """lambda (gate) or lookahead score for decode rows that need one; NaN elsewhere
-        (never read by the core). Only those rows are read back, in one readback."""
-        out = [math.nan] * num_decode
-        by_head: dict[int | None, list[int]] = {}
-        for i, (item, _) in enumerate(pairs[:num_decode]):
-            if item.needs_signal:
-                head = self._lookahead_seed(item) if item.signal_head == "lookahead" else None
-                by_head.setdefault(head, []).append(i)
-        rows_read: list[int] = []
-        scores: list[torch.Tensor] = []
-        for head_seed, rows in by_head.items():
-            # A leading run of rows is a view; else an index upload (a list index would sync).
-            h = y[:len(rows)] if rows[-1] == len(rows) - 1 else y.index_select(
-                0, upload_ints(rows, self.device))
-            score = self.model.gate(h) if head_seed is None else self._head(head_seed)(h)
-            scores.append(score.float())
-            rows_read += rows
-        if scores:
-            host = self.readbacks.host(scores[0] if len(scores) == 1 else torch.cat(scores))
-            for i, v in zip(rows_read, host.tolist(), strict=True):
-                out[i] = float(v)
-        return tuple(out)
 
     def lookahead_head(self, exit_cfg: ExitConfig) -> LookaheadHead:
         """The random_lookahead head this runner uses for ``exit_cfg`` (built once per seed)."""
