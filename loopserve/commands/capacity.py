@@ -101,17 +101,29 @@ def criterion(args: argparse.Namespace, scn: Scenario) -> Criterion:
     return Criterion(limits, frac, goodput if frac is not None else None)
 
 
-def _main(args: argparse.Namespace, argv: list[str]) -> int:
-    started = time.time()
+def tolerance_flag(args: argparse.Namespace) -> float:
+    """``--tolerance``, the relative width of the final bracket, in (0, 1)."""
     tolerance = number("--tolerance", args.tolerance, 0)
     if not 0 < tolerance < 1:
         raise UserError("--tolerance", f"must be in (0, 1), e.g. 0.05; got {args.tolerance}")
-    scn = load_scenario(args.scenario, args.sets)
+    return tolerance
+
+
+def start_rate(args: argparse.Namespace, scn: Scenario) -> float:
+    """The first rate probed: ``--start-rate``, else the scenario's workload rate."""
     start = check_rate_workload(scn)
     if args.start_rate is not None:
         start = number("--start-rate", args.start_rate, 0)
         if not start > 0:
             raise UserError("--start-rate", f"must be > 0, got {args.start_rate}")
+    return start
+
+
+def _main(args: argparse.Namespace, argv: list[str]) -> int:
+    started = time.time()
+    tolerance = tolerance_flag(args)
+    scn = load_scenario(args.scenario, args.sets)
+    start = start_rate(args, scn)
     crit = criterion(args, scn)
     for arm in scn.arms:  # every input checked before any run
         plan_runs(at_rate(scn, arm, start), args.target)

@@ -22,13 +22,18 @@ import time
 from pathlib import Path
 
 from loopserve.commands import command_help
-from loopserve.commands.args import add_scenario_flags, integer, number
-from loopserve.commands.capacity import FACTOR, MAX_STEPS, criterion
+from loopserve.commands.args import add_scenario_flags, integer
+from loopserve.commands.capacity import (
+    FACTOR,
+    MAX_STEPS,
+    criterion,
+    start_rate,
+    tolerance_flag,
+)
 from loopserve.commands.run import ray_options
 from loopserve.errors import UserError
 from loopserve.outputs import files
 from loopserve.runs import interrupts
-from loopserve.runs.capacity_probe import check_rate_workload
 from loopserve.runs.interrupts import Interrupted
 from loopserve.schema import load_scenario
 from loopserve.tune import outputs
@@ -79,9 +84,7 @@ def main(args: argparse.Namespace, argv: list[str]) -> int:
 
 
 def _settings(args: argparse.Namespace, start: float) -> Settings:
-    tolerance = number("--tolerance", args.tolerance, 0)
-    if not 0 < tolerance < 1:
-        raise UserError("--tolerance", f"must be in (0, 1), e.g. 0.05; got {args.tolerance}")
+    tolerance = tolerance_flag(args)
     budget = None if args.budget is None else integer("--budget", args.budget, 0)
     if budget == 0:
         raise UserError("--budget", "must be at least 1 probe (or leave it out: no limit)")
@@ -93,11 +96,7 @@ def _settings(args: argparse.Namespace, start: float) -> Settings:
 def _main(args: argparse.Namespace, argv: list[str]) -> int:
     started = time.time()
     scn = load_scenario(args.scenario, args.sets)
-    start = check_rate_workload(scn)
-    if args.start_rate is not None:
-        start = number("--start-rate", args.start_rate, 0)
-        if not start > 0:
-            raise UserError("--start-rate", f"must be > 0, got {args.start_rate}")
+    start = start_rate(args, scn)
     settings = _settings(args, start)
     crit = criterion(args, scn)
     ray = ray_options(argparse.Namespace(workers=args.workers, ray_address=args.ray_address,
