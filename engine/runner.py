@@ -252,12 +252,16 @@ class ModelRunner:
             last = (pairs, y)
         signals = None
         if batch.stage is Stage.RECURRENT and batch.needs_signals and last is not None:
-            signals = exit_signals(
-                last[0], last[1], batch.num_decode_items, gate=self.model.gate,
-                heads=self._head, lookahead_seed=self._lookahead_seed,
-                readbacks=self.readbacks, device=self.device)
+            signals = self._signals(last[0], last[1], batch.num_decode_items)
         self._store(batch, work)
         return signals
+
+    def _signals(self, pairs: CallPairs, y: torch.Tensor,
+                 num_decode: int) -> tuple[float, ...]:
+        # one method the step and calibration's timing of it both call
+        return exit_signals(pairs, y, num_decode, gate=self.model.gate, heads=self._head,
+                            lookahead_seed=self._lookahead_seed, readbacks=self.readbacks,
+                            device=self.device)
 
     def _store(self, batch: Batch, work: dict[int, torch.Tensor]) -> None:
         decode = [it for it in batch.items if it.kind is ItemKind.DECODE]

@@ -58,9 +58,10 @@ def compare(name_a: str, runs_a: list[Output], name_b: str, runs_b: list[Output]
     }
 
 
-def divergence(device: torch.device, sizes: Sizes) -> dict[str, Any]:
-    """Every arm on the same seeded prompts; each pair compared."""
-    dtype = torch.bfloat16
+def gated_workload(device: torch.device, sizes: Sizes,
+                   dtype: torch.dtype) -> tuple[Any, list[list[int]], SamplingParams]:
+    """A random model whose exit gate varies (so exit depths differ between runs that
+    diverge), with the same seeded prompts and sampling for every run compared."""
     model = random_model(sizes.model, device, dtype, seed=3)
     with torch.no_grad():  # a gate that varies, so exit depths are compared too
         gate = model.model.early_exit_gate
@@ -72,6 +73,13 @@ def divergence(device: torch.device, sizes: Sizes) -> dict[str, Any]:
                             generator=gen).tolist()
     prompts = [torch.randint(0, vocab, (n,), generator=gen).tolist() for n in lengths]
     params = SamplingParams(max_tokens=sizes.div_tokens, ignore_eos=True)
+    return model, prompts, params
+
+
+def divergence(device: torch.device, sizes: Sizes) -> dict[str, Any]:
+    """Every arm on the same seeded prompts; each pair compared."""
+    dtype = torch.bfloat16
+    model, prompts, params = gated_workload(device, sizes, dtype)
     exit_cfg = ExitConfig(mode="ouro", exit_threshold=0.5)
     runs: dict[str, list[Output]] = {}
     backend = None
@@ -90,5 +98,6 @@ def divergence(device: torch.device, sizes: Sizes) -> dict[str, Any]:
             f"{p['first']}; first exit-depth divergence {p['first_depth']}")
     depths = sorted({d for _, ds in runs["atomic"] for d in ds})
     return {"model": sizes.model, "dtype": "bfloat16", "attention_backend": backend,
-            "requests": len(prompts), "max_tokens": sizes.div_tokens, "prompt_lengths": lengths,
+            "requests": len(prompts), "max_tokens": sizes.div_tokens,
+            "prompt_lengths": [len(p) for p in prompts],
             "exit_depths_seen": depths, "pairs": pairs}

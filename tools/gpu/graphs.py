@@ -21,13 +21,14 @@ from typing import Any
 import torch
 
 from engine.call_metadata import PreparedCall
-from engine.core import ExitConfig, SamplingParams
+from engine.core import ExitConfig
 from engine.graphs import CallGraphs, StaticCall, capture_sizes, cuda_capture, eager_capture
 from engine.llm import LLM
 from engine.runner import ModelRunner
 from kernels.attention import AttentionShape, available_backends, get_backend
 from kernels.attention.cases import make_case
 from tools.gpu.core import core_shapes, random_model, stack_bytes
+from tools.gpu.divergence import gated_workload
 from tools.gpu.sizes import NOMINAL_COPY_BPS, Sizes
 from tools.gpu.timing import log, stats, time_repeats, timer_name
 
@@ -120,17 +121,7 @@ def graph_core(device: torch.device, sizes: Sizes, copy_bps: float | None) -> di
 def graph_tokens(device: torch.device, sizes: Sizes) -> dict[str, Any]:
     """Eager against ``cuda_graphs: mixed`` in the mixed arm, per backend that runs here."""
     dtype = sizes.model_dtype
-    model = random_model(sizes.model, device, dtype, seed=3)
-    with torch.no_grad():  # a gate that varies, so exit depths are compared too
-        gate = model.model.early_exit_gate
-        gate.weight.normal_(0.0, 2.0 / gate.weight.shape[1] ** 0.5)
-        gate.bias.zero_()
-    gen = torch.Generator().manual_seed(11)
-    vocab = model.config.vocab_size
-    lengths = torch.randint(sizes.div_prompt // 4, sizes.div_prompt + 1, (sizes.div_requests,),
-                            generator=gen).tolist()
-    prompts = [torch.randint(0, vocab, (n,), generator=gen).tolist() for n in lengths]
-    params = SamplingParams(max_tokens=sizes.div_tokens, ignore_eos=True)
+    model, prompts, params = gated_workload(device, sizes, dtype)
     kw: dict[str, Any] = dict(
         arm="mixed", device=device, dtype=dtype, exit=ExitConfig(mode="ouro", exit_threshold=0.5),
         max_num_seqs=sizes.div_requests, max_num_batched_tokens=256, prefill_chunk_size=128,
