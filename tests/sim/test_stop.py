@@ -50,3 +50,13 @@ def test_a_stop_request_ends_the_run_after_the_current_step() -> None:
 def test_without_a_request_the_run_ends_normally() -> None:
     records = simulate(make_config("atomic"), ListSource(_specs(5)), ConstantCost(0.001))
     assert len(records.requests) == 5
+
+
+def test_a_stop_request_ends_a_cluster_run_after_the_current_step() -> None:
+    from sim.cluster import ClusterConfig, simulate_cluster
+
+    cost = _StopAt(at=5)
+    with pytest.raises(SimulationStopped, match="stopped at step"):
+        simulate_cluster(make_config("atomic"), ClusterConfig(num_replicas=2),
+                         ListSource(_specs(50)), cost)  # type: ignore[arg-type]
+    assert cost.steps == 5  # every replica prices through one clock type that checks the flag
