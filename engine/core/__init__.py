@@ -21,6 +21,7 @@ from engine.core.request import (
     PromptItem,
     PromptStateHandle,
     Request,
+    RequestStatus,
     SamplingParams,
     Stage,
 )
@@ -50,6 +51,7 @@ __all__ = [
     "PromptStateHandle",
     "Request",
     "RecurrentResult",
+    "RequestStatus",
     "SamplingParams",
     "ScheduledItem",
     "Scheduler",

@@ -23,7 +23,14 @@ from engine.core.errors import StaleResultError
 from engine.core.exits import make_decider, validate_trace
 from engine.core.policies import make_policy
 from engine.core.prompt_state import PromptStateHandles
-from engine.core.request import Request, SamplingParams, Stage, TokenLogprobs, frozen_ids
+from engine.core.request import (
+    Request,
+    RequestStatus,
+    SamplingParams,
+    Stage,
+    TokenLogprobs,
+    frozen_ids,
+)
 from engine.core.results import CodaResult, RecurrentResult, StepResult, TokenEvent, result_matches
 from engine.core.scheduler import Scheduler
 
@@ -214,7 +221,7 @@ class EngineCore:
     # ---- apply helpers -------------------------------------------------------------------
     def _apply_prelude(self, req: Request) -> None:
         req.stage = Stage.RECURRENT
-        req.loops_done = 0
+        req.num_depths_done = 0
         assert req.decider is not None
         req.decider.start_token(req.num_output_tokens)
         self.scheduler.requeue(req)
@@ -222,9 +229,9 @@ class EngineCore:
     def _apply_decode(self, req: Request, item: ScheduledItem, signal: float | None) -> None:
         key = (req.request_id, req.generation)
         self.block_manager.mark_token(key, item.depth, item.position)
-        req.loops_done = loops = item.depth + 1
+        req.num_depths_done = num_done = item.depth + 1
         assert req.decider is not None
-        if not req.decider.after_depth(loops, signal):
+        if not req.decider.after_depth(num_done, signal):
             self.scheduler.requeue(req)
             return
         targets = self.block_manager.finalize(key, item.position, item.depth)
@@ -259,7 +266,7 @@ class EngineCore:
         if end < req.num_prompt_tokens:
             self.scheduler.next_chunk(req)
             return
-        req.loops_done = self.num_depths
+        req.num_depths_done = self.num_depths
         req.position = end - 1  # CODA samples from the last prompt position
         req.stage = Stage.CODA
         self.scheduler.requeue(req)
@@ -267,7 +274,7 @@ class EngineCore:
     def _apply_coda(self, req: Request, token_id: int, now: float,
                     logprobs: TokenLogprobs | None = None) -> TokenEvent:
         index = req.num_output_tokens
-        exit_depth = self.num_depths if index == 0 else req.loops_done
+        exit_depth = self.num_depths if index == 0 else req.num_depths_done
         req.output_token_ids.append(int(token_id))
         req.exit_depths.append(exit_depth)
         if logprobs is not None:
@@ -295,7 +302,7 @@ class EngineCore:
         if self.block_manager.holds(key):
             self.block_manager.free(key)
             self._released_requests.append(key)
-        req.stage = Stage.FINISHED
+        req.status = RequestStatus.FINISHED
         req.finish_reason = reason
         req.finish_s = self._now
         self.requests.pop(req.request_id, None)

@@ -1,9 +1,11 @@
 """Exit deciders (docs/design.md): when a decode token leaves the loop.
 
 A decider is per request. ``start_token`` is called when a decode token enters the loop,
-``needs_signal(depth)`` before each depth it runs, ``after_depth(loops_done, signal)`` after
-it; the latter returns True when the token exits now. ``fixed``, ``trace`` and ``categorical``
-never need a signal, so the simulator and the real runner see the same depths by construction.
+``needs_signal(depth)`` before each depth it runs, ``after_depth(num_depths_done, signal)``
+after it; the latter returns True when the token exits now. Depths are zero-based;
+``num_depths_done`` counts them and is what ``min_loops`` / ``max_loops`` bound. ``fixed``,
+``trace`` and ``categorical`` never need a signal, so the simulator and the real runner see
+the same depths by construction.
 """
 
 from __future__ import annotations
@@ -36,8 +38,8 @@ class ExitDecider:
         """Whether the gate signal of zero-based ``depth`` is needed for this token."""
         return False
 
-    def after_depth(self, loops_done: int, signal: float | None) -> bool:
-        """Record one finished loop; True when the token exits after ``loops_done`` loops."""
+    def after_depth(self, num_depths_done: int, signal: float | None) -> bool:
+        """Record one finished depth; True when the token exits after ``num_depths_done``."""
         raise NotImplementedError
 
 
@@ -51,8 +53,8 @@ class FixedExit(ExitDecider):
     def __init__(self, max_loops: int) -> None:
         self.max_loops = max_loops
 
-    def after_depth(self, loops_done: int, signal: float | None) -> bool:
-        return loops_done >= self.max_loops
+    def after_depth(self, num_depths_done: int, signal: float | None) -> bool:
+        return num_depths_done >= self.max_loops
 
 
 class TargetExit(ExitDecider):
@@ -69,8 +71,8 @@ class TargetExit(ExitDecider):
     def start_token(self, index: int) -> None:
         self.target = min(self.max_loops, max(self.min_loops, self._target(index)))
 
-    def after_depth(self, loops_done: int, signal: float | None) -> bool:
-        return loops_done >= self.target
+    def after_depth(self, num_depths_done: int, signal: float | None) -> bool:
+        return num_depths_done >= self.target
 
 
 class TraceExit(TargetExit):
@@ -93,11 +95,11 @@ class CategoricalExit(TargetExit):
         return self.rng.choices(self.depths, weights=self.probs)[0]
 
 
-def _require(signal: float | None, loops_done: int) -> float:
+def _require(signal: float | None, num_depths_done: int) -> float:
     # NaN marks a row nobody computed a signal for (a runner's unread row, a profile row past
     # its exit): reading it here is a policy mismatch, never a value.
     if signal is None or math.isnan(signal):
-        raise ValueError(f"exit decider: missing gate signal after loop {loops_done}")
+        raise ValueError(f"exit decider: missing gate signal after loop {num_depths_done}")
     return float(signal)
 
 
@@ -126,19 +128,19 @@ class OuroExit(ExitDecider):
         horizon = self.max_loops - 1 if self.delayed else self.max_loops
         return depth + 1 < horizon
 
-    def after_depth(self, loops_done: int, signal: float | None) -> bool:
-        if loops_done >= self.max_loops:
+    def after_depth(self, num_depths_done: int, signal: float | None) -> bool:
+        if num_depths_done >= self.max_loops:
             return True
         if self.pending is not None:
-            return loops_done >= self.pending
-        if not self.needs_signal(loops_done - 1):
+            return num_depths_done >= self.pending
+        if not self.needs_signal(num_depths_done - 1):
             return False
-        self.remaining *= 1.0 - _require(signal, loops_done)
-        crossed = loops_done >= self.min_loops and 1.0 - self.remaining >= self.threshold
+        self.remaining *= 1.0 - _require(signal, num_depths_done)
+        crossed = num_depths_done >= self.min_loops and 1.0 - self.remaining >= self.threshold
         if not crossed:
             return False
         if self.delayed:
-            self.pending = loops_done + 1
+            self.pending = num_depths_done + 1
             return False
         return True
 
@@ -162,16 +164,16 @@ class LookaheadExit(ExitDecider):
     def needs_signal(self, depth: int) -> bool:
         return self.adaptive and self.pending is None and depth + 2 < self.max_loops
 
-    def after_depth(self, loops_done: int, signal: float | None) -> bool:
-        if loops_done >= self.max_loops:
+    def after_depth(self, num_depths_done: int, signal: float | None) -> bool:
+        if num_depths_done >= self.max_loops:
             return True
         if self.pending is not None:
-            return loops_done >= self.pending
-        if not self.needs_signal(loops_done - 1):
+            return num_depths_done >= self.pending
+        if not self.needs_signal(num_depths_done - 1):
             return False
-        score = _require(signal, loops_done)
-        if score >= self.threshold and loops_done + 1 >= self.min_loops:
-            self.pending = loops_done + 1
+        score = _require(signal, num_depths_done)
+        if score >= self.threshold and num_depths_done + 1 >= self.min_loops:
+            self.pending = num_depths_done + 1
         return False
 
 

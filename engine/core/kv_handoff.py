@@ -15,7 +15,7 @@ from collections.abc import Sequence
 
 from engine.core.engine_core import EngineCore
 from engine.core.exits import make_decider
-from engine.core.request import Request, SamplingParams, Stage, frozen_ids
+from engine.core.request import Request, RequestStatus, SamplingParams, Stage, frozen_ids
 
 
 def can_reserve(core: EngineCore, num_prompt_tokens: int, max_tokens: int) -> bool:
@@ -69,7 +69,8 @@ def reserve_prefilled(
     core._next_generation += 1
     core._next_arrival += 1
     sched = core.scheduler
-    req.stage = Stage.PREFILL  # in flight: owned by the core, in no queue until it lands
+    req.status = RequestStatus.WAITING_FOR_REMOTE_KVS  # in no queue until it lands
+    req.stage = Stage.PRELUDE  # its first output token arrives with its KV
     req.admitted_seq = sched._next_admission
     req.admitted_s = now
     sched._next_admission += 1
@@ -87,10 +88,10 @@ def land_prefilled(core: EngineCore, request_id: str, first_token_id: int, now: 
     for d in range(core.num_depths):
         core.block_manager.mark_written(key, d, 0, end)
     req.num_prefilled_tokens = end
-    req.loops_done = core.num_depths
+    req.num_depths_done = core.num_depths
     req.output_token_ids.append(int(first_token_id))
     req.exit_depths.append(core.num_depths)
     req.position = end  # where the first output token runs
     req.first_token_s = now
-    req.stage = Stage.PRELUDE
+    req.status = RequestStatus.RUNNING
     core.scheduler.requeue(req)

@@ -1,4 +1,4 @@
-"""Requests, their lifecycle stages and per-depth prompt work items."""
+"""Requests, their status and stage, and per-depth prompt work items."""
 
 from __future__ import annotations
 
@@ -17,13 +17,33 @@ if TYPE_CHECKING:
 MAX_LOGPROBS = 20
 
 
-class Stage(enum.Enum):
+class RequestStatus(enum.Enum):
+    """Where a request is in its life (vLLM's names).
+
+    WAITING: queued for admission. WAITING_FOR_REMOTE_KVS: admitted with its KV blocks
+    claimed while its prompt's KV arrives from a prefill worker (``kv_handoff``); in no stage
+    queue until it lands. RUNNING: admitted; ``Request.stage`` says where its next item runs.
+    FINISHED: done, for any reason.
+    """
+
     WAITING = "WAITING"
+    WAITING_FOR_REMOTE_KVS = "WAITING_FOR_REMOTE_KVS"
+    RUNNING = "RUNNING"
+    FINISHED = "FINISHED"
+
+
+class Stage(enum.Enum):
+    """The stage a batch runs, and the stage of a running request's next item.
+
+    PREFILL: prompt work (a request's prompt items; under the mixed arm they ride in a
+    RECURRENT batch). PRELUDE: embed the sampled token. RECURRENT: one depth of the shared
+    layer stack. CODA: the LM head and sampling.
+    """
+
     PREFILL = "PREFILL"
-    CODA = "CODA"
     PRELUDE = "PRELUDE"
     RECURRENT = "RECURRENT"
-    FINISHED = "FINISHED"
+    CODA = "CODA"
 
 
 @dataclass(frozen=True, slots=True)
@@ -144,7 +164,8 @@ class Request:
     arrival_s: float
     priority: int = 0
     generation: int = 0
-    stage: Stage = Stage.WAITING
+    status: RequestStatus = RequestStatus.WAITING
+    stage: Stage = Stage.PREFILL  # meaningful while RUNNING
     exit: ExitConfig = field(default_factory=ExitConfig)
     decider: ExitDecider | None = None
     num_prefilled_tokens: int = 0
@@ -153,7 +174,8 @@ class Request:
     block_hashes: list[bytes] = field(default_factory=list)
     num_cached_tokens: int = 0
     prompt_item: PromptItem | None = None
-    loops_done: int = 0
+    # Depths the current token has run: the next decode depth (zero-based), D once done.
+    num_depths_done: int = 0
     # RoPE position of the token now in the loop (decode) or the next prompt token (prefill);
     # kept as a field because the scheduler reads it for every row of every step.
     position: int = 0

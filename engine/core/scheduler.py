@@ -16,7 +16,7 @@ from engine.core.batch import ItemKind, ScheduledItem
 from engine.core.block_manager import BlockManager
 from engine.core.config import EngineConfig
 from engine.core.prompt_state import PromptStateHandles
-from engine.core.request import PromptItem, Request, Stage
+from engine.core.request import PromptItem, Request, RequestStatus, Stage
 
 Selection = tuple[Stage, list[ScheduledItem]]
 
@@ -107,7 +107,7 @@ class Scheduler:
 
     def remove(self, req: Request) -> None:
         """Forget a finishing request, waiting or running."""
-        if req.stage is Stage.WAITING:
+        if req.status is RequestStatus.WAITING:
             self.waiting.remove(req)
         else:
             for q in (self.prelude, self.recurrent, self.coda):
@@ -123,6 +123,7 @@ class Scheduler:
         rule); each claims its KV blocks and joins the prefill queue."""
         free_slots = self.sched.max_num_seqs - len(self.running)
         for req in self.waiting.admit(free_slots, self._try_admit):
+            req.status = RequestStatus.RUNNING
             req.stage = Stage.PREFILL
             req.admitted_seq = self._next_admission
             req.admitted_s = self._now
@@ -208,7 +209,7 @@ class Scheduler:
         read_always = not self.sched.readback_skip
         decode = ItemKind.DECODE
         for req in queue[:count]:
-            depth = req.loops_done
+            depth = req.num_depths_done
             if incremental and depth == 0:
                 self._grow(req, req.position + 1)
             decider = req.decider

@@ -10,6 +10,7 @@ from engine.core import (
     ExitConfig,
     ItemKind,
     RecurrentResult,
+    RequestStatus,
     SamplingParams,
     Stage,
     StaleResultError,
@@ -76,7 +77,7 @@ def test_request_id_reuse_is_safe_against_late_results() -> None:
     fresh = core.add_request("p", list(range(9)), SamplingParams(max_tokens=1), 2.0)
     assert fresh.generation != inflight.items[0].generation
     core.apply(inflight, ex.execute(inflight), 3.0)  # stale: must not advance the new one
-    assert fresh.stage is Stage.WAITING and fresh.num_prefilled_tokens == 0
+    assert fresh.status is RequestStatus.WAITING and fresh.num_prefilled_tokens == 0
     d = drive(core, ex)
     assert [e.request_id for e in d.events if e.finished] == ["p"]
     _assert_all_returned(core)

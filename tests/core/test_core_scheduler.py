@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from engine.core import Batch, EngineCore, ItemKind, SamplingParams, Stage
+from engine.core import Batch, EngineCore, ItemKind, RequestStatus, SamplingParams, Stage
 from engine.core.block_manager import BlockManager
 from engine.core.fake_executor import FakeExecutor
 from engine.core.policies import make_policy
@@ -84,8 +84,9 @@ def test_admission_continues_while_a_long_prompt_runs(arm: str) -> None:
         step(core, ex, float(k))
     core.add_request("short", [1, 2, 3], SamplingParams(max_tokens=3), 3.0)
     step(core, ex, 3.0)
-    assert core.requests["short"].stage is not Stage.WAITING
-    assert core.requests["long"].stage is Stage.PREFILL  # long prompt still unfinished
+    assert core.requests["short"].status is RequestStatus.RUNNING
+    long = core.requests["long"]
+    assert long.status is RequestStatus.RUNNING and long.stage is Stage.PREFILL  # unfinished
     d = drive(core, ex)
     finish = {e.request_id: e.time_s for e in d.events if e.finished}
     if arm != "atomic":  # per-depth prompt work lets the short request overtake
@@ -169,8 +170,8 @@ def test_priority_admission_and_bypass_limit() -> None:
     core.add_request("s1", [1], SamplingParams(max_tokens=1), 1.0)
     core.add_request("s2", [1], SamplingParams(max_tokens=1), 1.0)
     core.scheduler.admit()
-    assert core.requests["s1"].stage is Stage.PREFILL  # bypassed once
-    assert core.requests["s2"].stage is Stage.WAITING  # long is now protected
+    assert core.requests["s1"].status is RequestStatus.RUNNING  # bypassed once
+    assert core.requests["s2"].status is RequestStatus.WAITING  # long is now protected
     assert core.requests["long"].bypassed == 1
     core2 = EngineCore(make_config("atomic", policy="priority"))
     core2.add_request("low", [1], SamplingParams(max_tokens=1), 0.0, priority=5)
@@ -220,7 +221,8 @@ def test_the_scheduler_admits_selects_and_requeues_without_a_core() -> None:
     sel = s.schedule(2.5)
     assert sel is not None and sel[0] is Stage.RECURRENT
     assert [it.request_id for it in sel[1]] == ["a"]
-    assert req.stage is Stage.PREFILL and req.admitted_s == 2.5 and s.running == {"a": req}
+    assert req.status is RequestStatus.RUNNING and req.stage is Stage.PREFILL
+    assert req.admitted_s == 2.5 and s.running == {"a": req}
     assert s.prefill == [] and s.prefill_batches_since_decode == 1  # in flight
     s.undo_fairness()
     assert s.prefill_batches_since_decode == 0
@@ -283,9 +285,9 @@ def test_a_wrong_length_signal_tuple_is_an_interface_error(delta: int) -> None:
     assert isinstance(good, RecurrentResult) and good.decode_signals is not None
     assert len(good.decode_signals) == batch.num_decode_items == 2
     signals = (good.decode_signals + (0.5,))[:batch.num_decode_items + delta]
-    loops = {r: core.requests[r].loops_done for r in ("d0", "d1")}
+    done = {r: core.requests[r].num_depths_done for r in ("d0", "d1")}
     with pytest.raises(StaleResultError, match="does not fit"):
         core.apply(batch, RecurrentResult(batch.step, signals), now + 1)
-    assert {r: core.requests[r].loops_done for r in ("d0", "d1")} == loops  # nothing applied
+    assert {r: core.requests[r].num_depths_done for r in ("d0", "d1")} == done  # nothing applied
     core.apply(batch, good, now + 1)
-    assert all(core.requests[r].loops_done == loops[r] + 1 for r in ("d0", "d1"))
+    assert all(core.requests[r].num_depths_done == done[r] + 1 for r in ("d0", "d1"))

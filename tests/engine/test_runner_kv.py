@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from engine.core import ExitConfig, Housekeeping, SamplingParams, Stage
+from engine.core import ExitConfig, Housekeeping, RequestStatus, SamplingParams, Stage
 from engine.core.batch import FinalizeOp
 from engine.llm import LLM
 from tests.reference.fixtures import ARMS, make_llm, tiny_model
@@ -39,8 +39,8 @@ def _snapshot_prompts(arm: str) -> dict[str, torch.Tensor]:
         llm.step()
         for rid, prompt in zip(ids, PROMPTS, strict=True):
             req = llm.core.requests.get(rid)
-            if rid not in snaps and req is not None and req.stage is not Stage.PREFILL and (
-                req.stage is not Stage.WAITING
+            if rid not in snaps and req is not None and (
+                req.status is RequestStatus.RUNNING and req.stage is not Stage.PREFILL
             ):
                 snaps[rid] = _prompt_kv(llm, rid, len(prompt))
     assert len(snaps) == len(PROMPTS)
