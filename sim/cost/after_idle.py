@@ -21,7 +21,7 @@ import statistics
 
 from pydantic import BaseModel, ConfigDict, model_validator
 
-from sim.cost.features import STAGE_KINDS
+from sim.cost.features import STEP_KINDS
 
 
 class AfterIdle(BaseModel):
@@ -46,9 +46,9 @@ class AfterIdle(BaseModel):
                                                               strict=False)):
             raise ValueError("idle_s must be positive and strictly increasing")
         for kind, ext in self.extra.items():
-            if kind not in STAGE_KINDS:
+            if kind not in STEP_KINDS:
                 raise ValueError(f"extra: unknown step kind {kind!r}; known: "
-                                 f"{', '.join(STAGE_KINDS)}")
+                                 f"{', '.join(STEP_KINDS)}")
             if len(ext) != len(self.idle_s):
                 raise ValueError(f"extra.{kind}: {len(ext)} values for {len(self.idle_s)} idle "
                                  "times (need as many of each)")

@@ -47,8 +47,10 @@ FEATURE_NAMES: tuple[str, ...] = (
     "prompt_kv_tokens",
     "signal_rows",
 )
-STAGE_KINDS: tuple[str, ...] = ("decode", "prompt", "mixed", "prefill", "prelude", "coda",
-                                "decode_after_prompt")
+# The step kinds a calibrated profile prices: ``step_kind``'s six, and a decode step right
+# after prompt work (``sim.cost.calibrated``).
+STEP_KINDS: tuple[str, ...] = ("decode", "prompt", "mixed", "prefill", "prelude", "coda",
+                               "decode_after_prompt")
 
 
 def batch_features(batch: Batch) -> dict[str, float]:

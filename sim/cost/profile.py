@@ -63,7 +63,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from sim.cost.after_idle import AfterIdle
-from sim.cost.features import FEATURE_NAMES, STAGE_KINDS
+from sim.cost.features import FEATURE_NAMES, STEP_KINDS
 from sim.profile_file import read_versioned
 
 PROFILE_FORMAT = "loopserve-profile/1"
@@ -229,7 +229,7 @@ class Profile(BaseModel):
     @classmethod
     def _some_stage(cls, v: dict[str, StageFit]) -> dict[str, StageFit]:
         if not v:
-            raise ValueError(f"needs at least one of {', '.join(STAGE_KINDS)}")
+            raise ValueError(f"needs at least one of {', '.join(STEP_KINDS)}")
         return v
 
 
