@@ -30,22 +30,22 @@ from starlette.datastructures import Headers
 from starlette.exceptions import HTTPException
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from loopserve.server import params as Q
-from loopserve.server import protocol as P
 from loopserve.server.generation import Generation
 from loopserve.server.metrics import CONTENT_TYPE
+from loopserve.server.params import chat_prompt, resolve_prompts, sampling_params
+from loopserve.server.protocol import ChatRequest, RequestError, error_body, parse_request
 from loopserve.server.responses import Shapes
 from loopserve.server.service import Service
 
 RETRY_AFTER_S = 1
 
 
-def _error(err: P.RequestError, headers: dict[str, str] | None = None) -> JSONResponse:
+def _error(err: RequestError, headers: dict[str, str] | None = None) -> JSONResponse:
     return JSONResponse(err.body(), status_code=err.status, headers=headers)
 
 
 def _unavailable(message: str, code: str) -> JSONResponse:
-    return _error(P.RequestError(message, None, 503, code, "server_error"),
+    return _error(RequestError(message, None, 503, code, "server_error"),
                   {"Retry-After": str(RETRY_AFTER_S)})
 
 
@@ -61,7 +61,7 @@ class ApiKeyCheck:
         if key is not None and scope["type"] == "http" and scope["path"].startswith("/v1"):
             given = Headers(scope=scope).get("authorization", "")
             if not hmac.compare_digest(given.encode(), f"Bearer {key}".encode()):
-                await _error(P.RequestError(
+                await _error(RequestError(
                     "invalid or missing API key: send the header 'Authorization: Bearer "
                     "<key>'", None, 401, "invalid_api_key"))(scope, receive, send)
                 return
@@ -114,12 +114,12 @@ def build_app(service: Service) -> FastAPI:
         code = {404: "not_found", 405: "method_not_allowed"}.get(exc.status_code)
         message = (f"{request.method} {request.url.path}: "
                    f"{'no such route' if exc.status_code == 404 else exc.detail}")
-        return JSONResponse(P.error_body(message, None, code), status_code=exc.status_code,
+        return JSONResponse(error_body(message, None, code), status_code=exc.status_code,
                             headers=getattr(exc, "headers", None))
 
     @app.exception_handler(Exception)
     async def internal(_: Request, exc: Exception) -> JSONResponse:
-        return _error(P.RequestError(f"internal error: {type(exc).__name__}: {exc}", None, 500,
+        return _error(RequestError(f"internal error: {type(exc).__name__}: {exc}", None, 500,
                                      None, "server_error"))
 
     return app
@@ -127,17 +127,17 @@ def build_app(service: Service) -> FastAPI:
 
 def _prepare(service: Service, raw: bytes, chat: bool) -> tuple[Any, list[list[int]], Any]:
     """The parsed request, its prompts as token ids and their params; RequestError else."""
-    req = P.parse_request(raw, "chat" if chat else "completion")
+    req = parse_request(raw, "chat" if chat else "completion")
     name = service.limits.model_name
     if req.model is not None and req.model != name:
-        raise P.RequestError(f"model: {req.model!r} is not served here; use {name!r}",
+        raise RequestError(f"model: {req.model!r} is not served here; use {name!r}",
                              "model", 404, "model_not_found")
     vocab = service.limits.cfg.model.vocab_size
-    if isinstance(req, P.ChatRequest):
-        prompts = [Q.chat_prompt(req, service.chat_template, service.tokenizer, vocab)]
+    if isinstance(req, ChatRequest):
+        prompts = [chat_prompt(req, service.chat_template, service.tokenizer, vocab)]
     else:
-        prompts = Q.resolve_prompts(req.prompt, service.tokenizer, vocab)
-    params = [Q.sampling_params(req, len(ids), service.limits, service.tokenizer)
+        prompts = resolve_prompts(req.prompt, service.tokenizer, vocab)
+    params = [sampling_params(req, len(ids), service.limits, service.tokenizer)
               for ids in prompts]
     return req, prompts, params
 
@@ -148,7 +148,7 @@ async def _generate(service: Service, request: Request, chat: bool) -> Response:
                             "shutting_down")
     try:
         req, prompts, params = _prepare(service, await request.body(), chat)
-    except P.RequestError as err:
+    except RequestError as err:
         return _error(err)
     if service.num_waiting >= service.max_waiting:
         return _unavailable(f"overloaded: {service.num_waiting} requests are waiting "

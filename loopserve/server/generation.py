@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 from engine.core.request import SamplingParams, TokenLogprobs
 from engine.output_processor import Delta
 from engine.parallel_sampling import sample_params
-from loopserve.server import responses as R
+from loopserve.server.responses import DONE, Shapes, error_event, usage
 from loopserve.server.submission import Failure, Item, Submission
 
 if TYPE_CHECKING:
@@ -41,7 +41,7 @@ class _Choice:
 class Generation:
     """The choices of one response and the engine requests behind them."""
 
-    def __init__(self, service: Service, shapes: R.Shapes, prompts: list[list[int]],
+    def __init__(self, service: Service, shapes: Shapes, prompts: list[list[int]],
                  params: list[SamplingParams], include_usage: bool) -> None:
         self.service, self.shapes, self.include_usage = service, shapes, include_usage
         self.prompt_tokens = sum(len(p) for p in prompts)
@@ -103,7 +103,7 @@ class Generation:
                     self.service.engine.abort(sub.request_id)
 
     def _usage(self) -> dict[str, int]:
-        return R.usage(self.prompt_tokens, sum(c.num_tokens for c in self.choices))
+        return usage(self.prompt_tokens, sum(c.num_tokens for c in self.choices))
 
     async def events(self) -> AsyncIterator[bytes]:
         shapes = self.shapes
@@ -115,10 +115,10 @@ class Generation:
                 for k, text, reason, entries in self._take(await self.queue.get()):
                     yield shapes.chunk(k, text, reason, entries)
             if self.failure is not None:
-                yield R.error_event(self.failure)
+                yield error_event(self.failure)
             elif self.include_usage:
                 yield shapes.usage_chunk(self._usage())
-            yield R.DONE
+            yield DONE
         finally:
             self._close()
 
