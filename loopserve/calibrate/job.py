@@ -21,13 +21,13 @@ from engine.llm import build_runner
 from engine.model.alloc import default_dtype
 from engine.model.build import build_model
 from engine.realtime import run_realtime
+from loopserve.calibrate.adaptive_costs import extra_cases, measure_extras
 from loopserve.calibrate.after_idle import (
     PAUSES_S,
     QUICK_PAUSES_S,
     idle_seconds,
     measure_after_idle,
 )
-from loopserve.calibrate.extras import extra_cases, measure_extras
 from loopserve.calibrate.host_gap import (
     RecordingRunner,
     execute_samples,
@@ -44,7 +44,7 @@ from loopserve.calibrate.measure import (
 from loopserve.calibrate.readback import measure_readback, readback_rounds, readback_shapes
 from loopserve.calibrate.result import CalibrationResult
 from loopserve.outputs.env_info import commit_label
-from sim.cost.features import STAGE_KINDS, batch_features
+from sim.cost.features import STEP_KINDS, batch_features
 from sim.cost.fit import (
     Sample,
     fit_profile_stages,
@@ -179,7 +179,7 @@ def _calibrate(
     gaps, in_situ = _gap_runs(net, cfg, device, dtype, quick=quick, backend=backend, seed=seed,
                               output_tokens=_gap_tokens(samples, cfg, quick, max_seconds
                                                         - (time.perf_counter() - started)))
-    stages = fit_profile_stages(samples, STAGE_KINDS)
+    stages = fit_profile_stages(samples, STEP_KINDS)
     gap = fit_stage("step_gap", trim_outliers(gaps), relative=False) if gaps else None
     extra_fits = {k: r for k in ("signals", "finalize")
                   if (r := fit_stage(k, extras, relative=False)) is not None}

@@ -22,7 +22,7 @@ import random
 import statistics
 
 from engine.core.batch import Batch, ItemKind, ScheduledItem
-from loopserve.calibrate.extras import SIGNAL_CONTEXT, _time, with_signals
+from loopserve.calibrate.adaptive_costs import SIGNAL_CONTEXT, _time, with_signals
 from loopserve.calibrate.measure import CalibrationRig, StepTimer, warm_up
 from sim.cost.shape_grid import DecodeRow, Shape
 

@@ -29,9 +29,9 @@ from loopserve.commands import command_help
 from loopserve.commands.args import add_scenario_flags
 from loopserve.errors import UserError
 from loopserve.fidelity.compare import compare
-from loopserve.fidelity.doc import FidelityDoc, MetricError
 from loopserve.fidelity.drift import drift_lines
 from loopserve.fidelity.exits import exit_lines
+from loopserve.fidelity.json_types import FidelityDoc, MetricError
 from loopserve.fidelity.report import write_fidelity_report
 from loopserve.fidelity.speed import at_run_speed, speed_lines
 from loopserve.fidelity.tail import tail_lines

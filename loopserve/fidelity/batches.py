@@ -4,7 +4,7 @@ they must agree wherever the schedule does not depend on timing."""
 from __future__ import annotations
 
 from engine.core.records import BatchSignature, batch_signature
-from loopserve.fidelity.doc import BatchesSection, BatchRun
+from loopserve.fidelity.json_types import BatchesSection, BatchRun
 from loopserve.fidelity.world import WorldRun
 from loopserve.runs.plan import Plan, run_source
 

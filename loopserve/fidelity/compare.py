@@ -11,7 +11,9 @@ from __future__ import annotations
 import numpy as np
 
 from loopserve.fidelity.batches import batch_comparison
-from loopserve.fidelity.doc import (
+from loopserve.fidelity.drift import drift
+from loopserve.fidelity.exits import exit_fidelity
+from loopserve.fidelity.json_types import (
     ArmErrors,
     AtRunSpeed,
     ErrorStats,
@@ -21,8 +23,6 @@ from loopserve.fidelity.doc import (
     Makespan,
     MetricError,
 )
-from loopserve.fidelity.drift import drift
-from loopserve.fidelity.exits import exit_fidelity
 from loopserve.fidelity.tail import tail
 from loopserve.fidelity.targets import targets
 from loopserve.fidelity.world import RealWorld, WorldRun

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from loopserve.fidelity.doc import DriftRun, DriftSection
+from loopserve.fidelity.json_types import DriftRun, DriftSection
 from loopserve.fidelity.world import WorldRun
 from sim.cost.calibrated import CalibratedCost
 

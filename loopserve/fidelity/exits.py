@@ -18,7 +18,13 @@ from collections import defaultdict
 
 import numpy as np
 
-from loopserve.fidelity.doc import ExitArm, ExitsSection, ExitWorld, RequestLoops, RequestNoise
+from loopserve.fidelity.json_types import (
+    ExitArm,
+    ExitsSection,
+    ExitWorld,
+    RequestLoops,
+    RequestNoise,
+)
 from loopserve.fidelity.world import WorldRun
 from loopserve.runs.plan import Plan
 from sim.exit_profile import depth_histogram, tv_distance

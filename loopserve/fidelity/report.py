@@ -14,7 +14,7 @@ from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 from matplotlib.patches import Patch
 
-from loopserve.fidelity.doc import ErrorStats, FidelityDoc
+from loopserve.fidelity.json_types import ErrorStats, FidelityDoc
 from loopserve.fidelity.tail import edge_text, reading
 from loopserve.fidelity.world import WorldRun
 from loopserve.report.plots import png_bytes

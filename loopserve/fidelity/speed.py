@@ -16,7 +16,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from loopserve.fidelity.compare import arm_errors
-from loopserve.fidelity.doc import ArmErrors, AtRunSpeed
+from loopserve.fidelity.json_types import ArmErrors, AtRunSpeed
 from loopserve.fidelity.world import WorldRun, run_sim
 from loopserve.runs.plan import Plan
 from sim.cost.calibrated import CalibratedCost

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from loopserve.fidelity.doc import TailKind, TailRun, TailSection
+from loopserve.fidelity.json_types import TailKind, TailRun, TailSection
 from loopserve.fidelity.world import WorldRun
 from loopserve.runs.metrics import consecutive_tokens
 from sim.cost.calibrated import CalibratedCost

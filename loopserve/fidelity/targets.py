@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from loopserve.fidelity.doc import (
+from loopserve.fidelity.json_types import (
     ArmErrors,
     DriftSection,
     FastestErrors,

@@ -5,10 +5,10 @@ Each task is one planned run (arm x point x repeat). A worker rebuilds the plan 
 scenario once per sweep (cost models hold compiled objects that do not pickle; planning is
 deterministic and takes milliseconds), runs, checks and summarises its run like the
 sequential loop (``loop.run_checked``) and returns the ``RunResult``; records cross the
-process boundary as columns (``loopserve.runs.wire``). The driver gathers the results in plan
-order, so everything written from them is byte-identical to a sequential run. Workers need
-the same loopserve and see the same files (the cost profile, a trace workload) at the same
-paths: on a local Ray they share the driver's working directory and environment.
+process boundary as columns (``loopserve.runs.record_pickling``). The driver gathers the
+results in plan order, so everything written from them is byte-identical to a sequential run.
+Workers need the same loopserve and see the same files (the cost profile, a trace workload) at
+the same paths: on a local Ray they share the driver's working directory and environment.
 
 A local Ray's workers are warmed as part of its start-up (``warm_workers``): each of the N
 worker processes imports the run modules before the sweep's first task, which
@@ -37,7 +37,7 @@ from typing import Any
 from tqdm import tqdm
 
 from loopserve.errors import UserError
-from loopserve.runs import interrupts, wire
+from loopserve.runs import interrupts, record_pickling
 from loopserve.runs.loop import RunResult, run_checked, sim_target
 from loopserve.runs.plan import Plan, plan_runs
 from loopserve.schema.scenario import Scenario
@@ -131,7 +131,7 @@ def _warm_task(barrier: str, n: int, deadline: float) -> int:
     """A warm-up task: its worker has imported this module (and with it the run modules) to
     run it; it holds its CPU until ``n`` warm-up tasks have started, so that each of them runs
     in a worker process of its own. Returns that process's id."""
-    wire.register()
+    record_pickling.register()
     pid = os.getpid()
     open(os.path.join(barrier, str(pid)), "w").close()
     while len(os.listdir(barrier)) < n and time.time() < deadline:
@@ -169,7 +169,7 @@ def run_task(token: str, scenario: Scenario, cwd: str, index: int,
              expect: tuple[str, int, int, int]) -> RunResult | _Failed:
     """Planned run ``index`` of the scenario's simulated plan (the body of a Ray task);
     ``expect`` is the driver's (arm, point_id, repeat, seed) of that run."""
-    wire.register()
+    record_pickling.register()
     if token not in _plans:
         if os.path.isdir(cwd):
             os.chdir(cwd)  # relative paths in the scenario resolve as in the driver

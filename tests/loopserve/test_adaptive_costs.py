@@ -15,7 +15,12 @@ from engine.core.batch import FinalizeOp, Housekeeping
 from engine.core.results import RecurrentResult
 from engine.core.shapes import TINY
 from engine.llm import build_runner
-from loopserve.calibrate.extras import extra_cases, measure_extras, with_finalize, with_signals
+from loopserve.calibrate.adaptive_costs import (
+    extra_cases,
+    measure_extras,
+    with_finalize,
+    with_signals,
+)
 from loopserve.calibrate.measure import CalibrationRig, config_for
 from sim.cost import CalibratedCost, batch_features
 from tests.helpers import profile_doc, stage

@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 from loopserve.cli import main
-from loopserve.runs import interrupts, ray_runs, wire
+from loopserve.runs import interrupts, ray_runs, record_pickling
 from loopserve.runs.loop import execute
 from loopserve.runs.plan import plan_runs
 from loopserve.runs.ray_runs import RayOptions, ray_session
@@ -65,7 +65,7 @@ def test_two_ray_workers_write_the_sequential_bytes(
 
 
 def test_records_survive_pickling(tmp_path: Path) -> None:
-    wire.register()
+    record_pickling.register()
     plan = plan_runs(load_scenario(_sweep(tmp_path), []), "sim")
     (run,) = execute(plan, progress=False)[-1:]
     back = pickle.loads(pickle.dumps(run))
@@ -73,7 +73,8 @@ def test_records_survive_pickling(tmp_path: Path) -> None:
     assert len(rec.steps) > 0 and len(rec.tokens) > 0 and len(rec.requests) > 0
     for name in ("steps", "tokens", "requests"):
         rows, rows_back = getattr(rec, name), getattr(got, name)
-        assert [wire.row_values(r) for r in rows] == [wire.row_values(r) for r in rows_back]
+        values = record_pickling.row_values
+        assert [values(r) for r in rows] == [values(r) for r in rows_back]
     assert (got.wall_s, got.invalid_reasons, got.batches) == (
         rec.wall_s, rec.invalid_reasons, rec.batches)
     assert back.metrics == run.metrics and back.spec == run.spec
