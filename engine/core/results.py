@@ -58,7 +58,7 @@ class TokenEvent:
     index: int
     time_s: float
     token_id: int
-    exit_depth: int  # loops the token ran, 1..D; the first token is always D
+    exit_depth: int  # depths the token ran, 1..D; the first token always runs all D
     finished: bool
     finish_reason: str | None
     logprobs: TokenLogprobs | None
