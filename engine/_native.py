@@ -35,6 +35,11 @@ What the build needs of the code (each place points back to this list):
    raised inside the compiled core or simulator can abort the process, so while a run works
    a signal only sets a flag (``loopserve/runs/interrupts.py``), which the simulation loop
    reads between steps (``sim/stop.py``, ``sim/step_clock.py``) and the run loop between runs.
+5. **Compiled classes are closed.** An instance takes no new attribute, a method patched on
+   a class is not seen by compiled callers, and no class outside the build subclasses one
+   (mypyc refuses most such subclasses; a new exit mode subclasses ``ExitDecider`` inside
+   ``engine/core/exits.py``): tests and tools change behaviour through constructor
+   arguments, not patches.
 """
 
 from __future__ import annotations
