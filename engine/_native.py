@@ -32,9 +32,10 @@ What the build needs of the code (each place points back to this list):
    registers ``copyreg`` reducers for the record classes, and whatever pickles records (the
    Ray tasks, ``loopserve/runs/ray_runs.py``) calls its ``register`` first.
 4. **No exception is raised into compiled code from a signal handler.** A KeyboardInterrupt
-   raised inside the compiled core or simulator can abort the process, so while a run works
-   a signal only sets a flag (``loopserve/runs/interrupts.py``), which the simulation loop
-   reads between steps (``sim/stop.py``, ``sim/step_clock.py``) and the run loop between runs.
+   raised inside the compiled driver can abort the process (a mypyc fatal error, SIGABRT),
+   so while a run works a signal only sets a flag (``loopserve/runs/interrupts.py``), which
+   the simulation loop reads between steps (``sim/stop.py``, ``sim/step_clock.py``) and the
+   run loop between runs; ``tests/loopserve/test_signals.py`` interrupts a compiled run.
 5. **Compiled classes are closed.** An instance takes no new attribute, a method patched on
    a class is not seen by compiled callers, and no class outside the build subclasses one
    (mypyc refuses most such subclasses; a new exit mode subclasses ``ExitDecider`` inside
