@@ -1,14 +1,46 @@
 """Choose what gets loaded: the mypyc build (``make native``) when it is fresh, else the
 Python sources, which stay the reference.
 
-The build covers ``engine.core`` and the simulator's per-step code. It is used only when its
-manifest names this Python and every source it was built from (the compiled modules and all
-of ``engine/core``, whose types they read) matches the file on disk, byte for byte, and
-then for all of its modules or none (compiled modules reach into each other's C structs), so
-an edited source can never hide behind an old binary. ``LOOPSERVE_NATIVE=0`` forces the
-sources. ``engine/__init__.py`` calls ``install`` once, before ``engine.core`` (and so before
-``sim``, which imports ``engine.core`` first) is imported: a finder on ``sys.meta_path`` then
-loads every module the manifest names from the build, and nothing else.
+The build covers ``engine.core`` and the simulator's per-step code (``tools/build_native.py``
+lists the modules, and those it leaves out, with why). It is used only when its manifest
+names this Python and every source it was built from (the compiled modules and all of
+``engine/core``, whose types they read) matches the file on disk, byte for byte, and then for
+all of its modules or none (compiled modules reach into each other's C structs), so an edited
+source can never hide behind an old binary. ``LOOPSERVE_NATIVE=0`` forces the sources.
+``install`` puts a finder on ``sys.meta_path`` that loads every module the manifest names from
+the build, and nothing else.
+
+What the build needs of the code (each place points back to this list):
+
+1. **Hot classes write out their ``__init__``.** A dataclass-generated ``__init__`` stays an
+   interpreted function on a compiled class, so a class built per row or per step is
+   ``@dataclass(init=False)`` with an ``__init__`` taking every field in order (with the
+   class's default where it declares one): ``ScheduledItem`` and ``FinalizeOp``
+   (``engine/core/batch.py``; ``Batch`` computes its counts in its own), ``StepResult``,
+   ``RecurrentResult``, ``CodaResult``, ``TokenEvent`` and ``StepRecord``
+   (``engine/core/results.py``).
+   ``tests/core/test_written_out_inits.py`` holds each of them to its fields.
+2. **The finder is in place before any module of the build is imported.**
+   ``engine/__init__.py`` calls ``install``, so importing anything of ``engine`` does;
+   ``sim/__init__.py`` imports ``engine.core`` before any of its own modules for that reason
+   (``sim`` may import nothing else of ``engine``). A module of the build already imported
+   from its source when ``install`` runs would mix the two: ``install`` then leaves the build
+   off and warns, naming the module (``reason``).
+3. **Compiled records pickle through reducers.** Compiled, ``StepRecord`` and ``TokenEvent``
+   do not unpickle (their ``__init__`` is called without the fields) and neither does the
+   frozen ``RequestRecord`` (its fields cannot be set back): ``loopserve/runs/wire.py``
+   registers ``copyreg`` reducers for the record classes, and whatever pickles records (the
+   Ray tasks, ``loopserve/runs/ray_runs.py``) calls its ``register`` first.
+4. **No exception is raised into compiled code from a signal handler.** A KeyboardInterrupt
+   raised inside the compiled driver can abort the process (a mypyc fatal error, SIGABRT),
+   so while a run works a signal only sets a flag (``loopserve/runs/interrupts.py``), which
+   the simulation loop reads between steps (``sim/stop.py``, ``sim/step_clock.py``) and the
+   run loop between runs; ``tests/loopserve/test_signals.py`` interrupts a compiled run.
+5. **Compiled classes are closed.** An instance takes no new attribute, a method patched on
+   a class is not seen by compiled callers, and no class outside the build subclasses one
+   (mypyc refuses most such subclasses; a new exit mode subclasses ``ExitDecider`` inside
+   ``engine/core/exits.py``): tests and tools change behaviour through constructor
+   arguments, not patches.
 """
 
 from __future__ import annotations
@@ -107,12 +139,18 @@ class _NativeFinder(importlib.abc.MetaPathFinder):
 
 
 def install() -> None:
-    """Load the build's modules ahead of their sources when it is usable (idempotent; call
-    before any of them is imported)."""
+    """Load the build's modules ahead of their sources when it is usable (idempotent). Left
+    off, with a warning, when one of them was imported from its source already."""
     if not active() or any(isinstance(f, _NativeFinder) for f in sys.meta_path):
         return
     manifest = json.loads((NATIVE_DIR / MANIFEST).read_text())
     modules = {m: extension_path(m) for m in manifest["modules"]}
+    early = sorted(m for m in modules if m in sys.modules)
+    if early:
+        _why_not[0] = f"imported from source before the build was installed: {', '.join(early)}"
+        warnings.warn(f"the native build is not used: {_why_not[0]} (engine/_native.py, 2)",
+                      stacklevel=2)
+        return
     _load_group()
     sys.meta_path.insert(0, _NativeFinder({m: p for m, p in modules.items() if p is not None}))
 

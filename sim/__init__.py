@@ -1,11 +1,11 @@
 """The SimPy simulator: driver, executor, cost models, exit signals and run validity.
 
-Importing ``sim`` never imports torch. The per-step modules (executor, roofline cost) load
-from the mypyc build when it is fresh: importing ``engine.core`` first installs it
-(``engine/__init__.py``).
+Importing ``sim`` never imports torch. The per-step modules (driver, executor, step clock,
+roofline cost) load from the mypyc build when it is fresh: ``engine.core`` is imported before
+any of them, which installs the build (``engine/_native.py``, requirement 2).
 """
 
-import engine.core  # noqa: F401  (first: installs the native build before sim's modules load)
+import engine.core  # noqa: F401  (first: installs the build; engine/_native.py, requirement 2)
 from engine.core.shapes import MODEL_SHAPES, get_shape
 from sim.cost import CostModel, make_cost_model
 from sim.driver import simulate

@@ -1,5 +1,5 @@
-"""The simulator's exceptions (outside the mypyc build: compiled classes cannot subclass
-builtin exceptions)."""
+"""The simulator's exceptions. Kept out of the mypyc build (``tools/build_native.py``): raised
+at most once per run, they gain nothing from compiling."""
 
 from __future__ import annotations
 

@@ -1,6 +1,7 @@
 """A stop request the simulation loop checks between steps: a SIGTERM during a long run ends
-it within a step, not at the end of the run. The signal handler only sets the flag (raising
-inside the compiled loop can abort the process); the loop raises ``SimulationStopped``."""
+it within a step, not at the end of the run. The signal handler only sets the flag (nothing is
+raised inside the compiled loop: ``engine/_native.py``, requirement 4); the loop raises
+``SimulationStopped``."""
 
 from __future__ import annotations
 

@@ -30,10 +30,10 @@ from engine._native import (  # noqa: E402
     source_path,
 )
 
-# Not compiled: package __init__s, errors (compiled
-# classes cannot subclass builtin exceptions), config (the scenario schema reads its dataclass
-# annotations; built once per run), executor (a Protocol, no code), and the rest of sim
-# (cost models other than the roofline, exit models, validity: once per run).
+# Not compiled: package __init__s, errors (raised at most once per run), config (the scenario
+# schema reads its dataclass annotations; built once per run), executor (a Protocol, no
+# code), and the rest of sim (cost models other than the roofline, exit models, validity:
+# once per run). What the compiled modules need of the code: engine/_native.py.
 MODULES = tuple(f"engine.core.{m}" for m in (
     "admission", "arrivals", "batch", "block_manager", "columns", "engine_core", "exits",
     "fake_executor", "kv_allocation", "policies", "prefix_cache", "prompt_state", "records",

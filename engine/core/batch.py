@@ -45,8 +45,7 @@ class ScheduledItem:
     params: SamplingParams | None = None
     output_index: int = 0
 
-    # Written out (init=False) because the scheduler builds one per row per step: a
-    # dataclass-generated __init__ stays interpreted even when mypyc compiles the class.
+    # Written out (init=False): built per row per step (engine/_native.py, requirement 1).
     def __init__(
         self,
         request_id: str,
@@ -99,6 +98,7 @@ class FinalizeOp:
     from_depth: int  # the last depth the token ran (zero-based)
     to_depths: tuple[int, ...]
 
+    # Written out (init=False): built per exited token (engine/_native.py, requirement 1).
     def __init__(
         self, request_id: str, generation: int, position: int, from_depth: int,
         to_depths: tuple[int, ...],

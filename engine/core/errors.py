@@ -1,5 +1,5 @@
-"""The core's exceptions. Kept out of the mypyc build: compiled classes cannot subclass
-RuntimeError or ValueError."""
+"""The core's exceptions. Kept out of the mypyc build (``tools/build_native.py``): raised at
+most once per run, they gain nothing from compiling."""
 
 from __future__ import annotations
 

@@ -7,9 +7,9 @@ from dataclasses import dataclass
 from engine.core.batch import Batch
 from engine.core.request import Stage, TokenLogprobs
 
-# The classes below are built once per step or per token. Their __init__ is written out
-# (init=False) because a dataclass-generated one stays interpreted under mypyc; they are
-# read-only by contract rather than frozen, since frozen initialisers cost twice as much.
+# The classes below are built once per step or per token: their __init__ is written out
+# (init=False; engine/_native.py, requirement 1). They are read-only by contract rather than
+# frozen, since frozen initialisers cost twice as much.
 
 
 @dataclass(slots=True, init=False)

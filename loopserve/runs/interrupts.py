@@ -2,11 +2,12 @@
 
 While the work runs (``deferred``) a signal only sets a flag that the run loop checks
 between runs (``check``) and the simulation loop between steps (``sim.stop``), so one
-SIGTERM ends a long run within a step: raising KeyboardInterrupt inside the mypyc-compiled
-core or simulator can abort the process. While files are written (``immediate``) a
-signal raises at once, so the staging folder is removed on the way out. A second signal
-during deferred work ends the process at once (``os._exit``, nothing having been written
-yet, and no exception raised inside compiled code), or raises where ``hard_exit`` is off.
+SIGTERM ends a long run within a step, and no exception is raised inside the mypyc-compiled
+core or simulator (``engine/_native.py``, requirement 4). While files are written
+(``immediate``) a signal raises at once, so the staging folder is removed on the way out.
+A second signal during deferred work ends the process at once (``os._exit``, nothing having
+been written yet, and no exception raised inside compiled code), or raises where
+``hard_exit`` is off.
 While a heavy module loads (``importing``) a signal is held and delivered when the import
 ends: an exception raised in a handler inside a C extension's initialisation (numpy's, under
 pandas or torch) comes out as an ImportError, not as the signal.

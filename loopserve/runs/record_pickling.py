@@ -1,13 +1,13 @@
 """Run records across processes: ``pickle`` support for the compiled record classes.
 
-The mypyc-compiled classes of ``engine.core`` (``StepRecord``, ``TokenEvent``,
-``RequestRecord``, ``PrefixCacheStats``, ``RunRecords``) cannot be pickled as they are: their
-constructors take every field, which pickle's default reconstruction does not pass. Calling
-``register`` (done on import) adds ``copyreg`` reducers: a record rebuilds from its fields in
-order, and ``RunRecords`` travels as its constructor's fields, a list of records as one tuple
-of field values per row (pickled faster than one reduced object per row; tables already held
-as columns pickle as they are). Ray's serializer (cloudpickle) reads
-``copyreg``'s table, so a Ray task can return a run's records.
+Compiled, some record classes of ``engine.core`` do not pickle as they are
+(``engine/_native.py``, requirement 3). ``register``, which whatever pickles records calls
+first (the Ray tasks), adds ``copyreg`` reducers for ``StepRecord``, ``TokenEvent``,
+``RequestRecord``, ``PrefixCacheStats`` and ``RunRecords``: a record rebuilds from its fields
+in order, and ``RunRecords`` travels as its constructor's fields, a list of records as one
+tuple of field values per row (pickled faster than one reduced object per row; tables already
+held as columns pickle as they are). Ray's serializer (cloudpickle) reads ``copyreg``'s
+table, so a Ray task can return a run's records.
 """
 
 from __future__ import annotations
@@ -81,6 +81,3 @@ def register() -> None:
     for cls in ROW_TYPES:
         copyreg.pickle(cls, _reduce_row)
     copyreg.pickle(RunRecords, _reduce_records)
-
-
-register()

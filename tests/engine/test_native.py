@@ -108,6 +108,35 @@ def test_console_scripts_find_every_module(tmp_path: Path) -> None:
     assert out.stdout.split() == [str(_native.active()), "False"]
 
 
+_EARLY = """
+import importlib.util, sys, warnings
+# sim.cost.waits (a module of the build) from its source before ``engine`` has installed it
+spec = importlib.util.spec_from_file_location("sim.cost.waits", "sim/cost/waits.py")
+waits = importlib.util.module_from_spec(spec)
+sys.modules[spec.name] = waits
+spec.loader.exec_module(waits)
+with warnings.catch_warnings(record=True) as caught:
+    warnings.simplefilter("always")
+    from engine import _native
+    import engine.core.scheduler
+print(_native.active(), engine.core.scheduler.__file__.endswith(".py"))
+print(_native.reason())
+print(*[str(w.message) for w in caught], sep="\\n")
+"""
+
+
+def test_a_module_imported_before_the_build_keeps_it_off() -> None:
+    # Requirement 2 of engine/_native.py: the build's modules load from it or none does.
+    if not (_native.active() or EXPECT_NATIVE):
+        pytest.skip(f"no native build to install ({_native.reason()})")
+    out = subprocess.run([sys.executable, "-c", _EARLY], capture_output=True, text=True,
+                         cwd=_native.REPO_ROOT, check=True)
+    in_use, reason, warning = out.stdout.splitlines()
+    assert in_use == "False True"  # the build is off, and the core runs from its sources
+    assert reason == "imported from source before the build was installed: sim.cost.waits"
+    assert warning.startswith("the native build is not used: imported from source before")
+
+
 _RUN = """
 import hashlib, sys
 from engine import _native
