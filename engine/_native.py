@@ -28,7 +28,7 @@ What the build needs of the code (each place points back to this list):
    off and warns, naming the module (``reason``).
 3. **Compiled records pickle through reducers.** Compiled, ``StepRecord`` and ``TokenEvent``
    do not unpickle (their ``__init__`` is called without the fields) and neither does the
-   frozen ``RequestRecord`` (its fields cannot be set back): ``loopserve/runs/wire.py``
+   frozen ``RequestRecord`` (its fields cannot be set back): ``loopserve/runs/record_pickling.py``
    registers ``copyreg`` reducers for the record classes, and whatever pickles records (the
    Ray tasks, ``loopserve/runs/ray_runs.py``) calls its ``register`` first.
 4. **No exception is raised into compiled code from a signal handler.** A KeyboardInterrupt
