@@ -6,6 +6,7 @@
 from __future__ import annotations
 
 import gc
+import logging
 import time
 from dataclasses import dataclass
 
@@ -37,11 +38,15 @@ def sleep_until(deadline_s: float) -> None:
             time.sleep(left - 0.001)
 
 
-def execute_or_fail(core: EngineCore, runner: ModelRunner, batch: Batch) -> StepResult | None:
-    """Run a batch; on an exception its requests fail (``core.fail``) and None is returned."""
+def execute_or_fail(core: EngineCore, runner: ModelRunner, batch: Batch,
+                    log: logging.Logger | None = None) -> StepResult | None:
+    """Run a batch; on an exception its requests fail (``core.fail``), ``log`` (a server's)
+    gets the traceback, and None is returned."""
     try:
         return runner.execute(batch)
     except Exception as exc:  # noqa: BLE001 - any executor failure fails the batch, not the run
+        if log is not None:
+            log.exception("batch %d failed", batch.step)
         core.fail(batch, f"{type(exc).__name__}: {exc}")
         return None
 

@@ -1,7 +1,8 @@
 """What follows every step, written once for every driver (docs/design.md).
 
-The SimPy driver, the real-time driver and ``LLM.step`` differ only in how time passes and
-how a batch is executed; after the execution all three hand the result to ``StepLoop``::
+The SimPy driver, the real-time driver, ``LLM.step`` and the server's engine thread differ
+only in how time passes, how a batch is executed and where arrivals come from; after the
+execution all of them hand the result to ``StepLoop``::
 
     batch  = core.schedule(now)            # driver: when, and on which clock
     result = executor.execute(batch)       # driver: None when the batch failed
@@ -32,20 +33,23 @@ class StepLoop:
     records the step and collects the requests it finished.
 
     With a ``source`` (the drivers) arrivals are fed through ``feeder`` and everything is
-    recorded in ``recorder``; without one (``LLM``) nothing is recorded and the finished
-    requests are kept for ``take_finished``.
+    recorded in ``recorder``. Without one (``LLM``, the server) the caller adds requests
+    itself and takes the finished ones from ``take_finished``, and ``record`` keeps the
+    records then too.
     """
 
     def __init__(
         self, core: EngineCore, source: ArrivalSource | None = None, record_batches: bool = False,
-        record_steps: bool = True,
+        record_steps: bool = True, record: bool = False,
     ) -> None:
         self.core = core
         self.recorder: RunRecorder | None = None
         self.feeder: ArrivalFeeder | None = None
-        if source is not None:
-            self.recorder = RunRecorder(record_batches, record_steps)
-            self.feeder = ArrivalFeeder(core, source, self.recorder)
+        if source is not None or record:
+            self.recorder = recorder = RunRecorder(record_batches, record_steps)
+            if source is not None:
+                self.feeder = ArrivalFeeder(core, source, recorder)
+        self._keep_finished = source is None
         self._finished: list[Request] = []
 
     def after_step(
@@ -61,13 +65,12 @@ class StepLoop:
         if events and feeder is not None:
             feeder.on_events(events)
         finished = core.pop_finished()
-        if recorder is None:
+        if recorder is not None:
+            recorder.step(batch, start_s, end_s, events, num_readbacks)
             if finished:
-                self._finished.extend(finished)
-            return events
-        recorder.step(batch, start_s, end_s, events, num_readbacks)
-        if finished:
-            recorder.finished(finished)
+                recorder.finished(finished)
+        if finished and self._keep_finished:
+            self._finished.extend(finished)
         return events
 
     def drain(self) -> Housekeeping:
@@ -79,7 +82,11 @@ class StepLoop:
         return self.core.take_housekeeping()
 
     def take_finished(self) -> list[Request]:
-        """Requests finished since the last call, in finish order (without a recorder)."""
-        out = self._finished + self.core.pop_finished()  # abort() finishes between steps
+        """Requests finished since the last call, in finish order (without a source); those
+        finished between steps (``abort``) are recorded here."""
+        between = self.core.pop_finished()
+        if between and self.recorder is not None:
+            self.recorder.finished(between)
+        out = self._finished + between
         self._finished = []
         return out

@@ -6,9 +6,10 @@ so an abort never lands between a batch's schedule and its execute, and a discon
 client's KV blocks and prompt state are released before the next step is scheduled (the
 runner receives them with that step's housekeeping, or at once when the engine goes idle).
 Each step's tokens go back to the asyncio loop in one ``call_soon_threadsafe`` call, as a
-list per request queue. The loop is the real-time driver's step (schedule, execute, apply,
-record, through ``engine.core.run_loop.StepLoop``) with arrivals taken from the queue
-instead of a precomputed source.
+list per request queue. The loop is the real-time driver's step (schedule,
+``engine.realtime.execute_or_fail``, then apply, record and collect through
+``engine.core.run_loop.StepLoop``) with arrivals taken from the queue instead of a
+precomputed source.
 """
 
 from __future__ import annotations
@@ -23,10 +24,11 @@ from typing import Any
 
 from engine.core.config import EngineConfig
 from engine.core.engine_core import EngineCore
-from engine.core.records import RunRecorder, RunRecords
+from engine.core.records import RunRecords
 from engine.core.run_loop import StepLoop, stall_message
 from engine.output_processor import OutputProcessor, TextTokenizer
 from engine.parallel_sampling import HeldSamples
+from engine.realtime import execute_or_fail
 from engine.runner import ModelRunner
 from loopserve.server.metrics import ServerMetrics
 from loopserve.server.submission import Failure, Item, Submission
@@ -61,8 +63,7 @@ class EngineThread:
         runner.bind(self.core)
         self.runner = runner
         self.metrics = metrics
-        self.step_loop = StepLoop(self.core)  # apply and collect, as every driver does
-        self.recorder = RunRecorder() if record else None
+        self.step_loop = StepLoop(self.core, record=record)  # as every driver does
         # Published for the HTTP side. Each counter has one writer: ``submitted`` the HTTP
         # side, ``taken`` and the published core counts this thread.
         self.num_running = 0
@@ -115,7 +116,8 @@ class EngineThread:
 
     @property
     def records(self) -> RunRecords | None:
-        return None if self.recorder is None else self.recorder.records
+        recorder = self.step_loop.recorder
+        return None if recorder is None else recorder.records
 
     def now(self) -> float:
         return time.perf_counter() - self._t0
@@ -136,7 +138,7 @@ class EngineThread:
                     self._publish()
         finally:
             self._fail_all("server shutting down")
-            self.runner.release(core.take_housekeeping())
+            self.runner.release(self.step_loop.drain())
             self._publish()
 
     def _take_commands(self, block: bool) -> bool:
@@ -194,18 +196,9 @@ class EngineThread:
         if batch is None:
             raise RuntimeError(stall_message(core, self.now()))
         start = self.now()
-        try:
-            result = runner.execute(batch)
-        except Exception as exc:  # noqa: BLE001 - a failed batch fails its requests only
-            log.exception("batch %d failed", batch.step)
-            core.fail(batch, f"{type(exc).__name__}: {exc}")
-            result = None
+        result = execute_or_fail(core, runner, batch, log)  # a failed batch fails its requests
         end = self.now()
-        readbacks = getattr(runner, "readbacks", None)
-        events = self.step_loop.after_step(batch, result, start, end)
-        if self.recorder is not None:
-            self.recorder.step(batch, start, end, events,
-                               readbacks.last_step if readbacks is not None else None)
+        events = self.step_loop.after_step(batch, result, start, end, runner.readbacks.last_step)
         out: dict[str, list[Item]] = {}
         ttfts: list[float] = []
         itls: list[float] = []
@@ -236,8 +229,6 @@ class EngineThread:
         finished = self.step_loop.take_finished()
         if not finished:
             return []
-        if self.recorder is not None:
-            self.recorder.finished(finished)
         for req in finished:
             self._last_token.pop(req.request_id, None)
             self.outputs.finish(req.request_id)

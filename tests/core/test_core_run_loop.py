@@ -75,3 +75,20 @@ def test_the_stall_message_names_the_time_and_the_queues() -> None:
     assert stall_message(core, 1.5) == (
         "at t=1.500000s the core holds 1 waiting and 0 running requests but schedules "
         "nothing, and no arrival is pending")
+
+
+def test_without_a_source_record_keeps_records_and_finished_requests() -> None:
+    core = EngineCore(make_config("atomic"))
+    loop = StepLoop(core, record=True)
+    core.add_request("a", [1, 2], ONE, 0.0)
+    core.add_request("gone", [1, 2], ONE, 0.0)
+    core.abort("gone")
+    assert [r.request_id for r in loop.take_finished()] == ["gone"]  # recorded here
+    _run(loop, FakeExecutor())
+    assert loop.recorder is not None and loop.feeder is None
+    rec = loop.recorder.records
+    assert [(r.request_id, r.finish_reason) for r in rec.requests] == [
+        ("gone", "abort"), ("a", "length")]
+    assert len(rec.steps) > 0 and [t.request_id for t in rec.tokens] == ["a"]
+    assert [r.request_id for r in loop.take_finished()] == ["a"]
+    assert len(rec.requests) == 2  # each finished request recorded once
