@@ -44,6 +44,8 @@ from loopserve.runs.plan import plan_runs
 from loopserve.schema import load_scenario
 from loopserve.schema.scenario import Scenario
 from loopserve.targets.load import check_real
+from sim.cost.after_idle import AfterIdleCost
+from sim.cost.base import SplitCostModel
 from sim.cost.calibrated import CalibratedCost
 from sim.cost.profile import Profile, load_profile
 from sim.cost.resolve import model_label
@@ -117,10 +119,10 @@ def main(args: argparse.Namespace, argv: list[str]) -> int:
     real_world = run_real(real_plan, prof, progress=progress)
     real_runs = real_world.runs
     cost = next(iter(sim_plan.costs.values()))
-    assert isinstance(cost, CalibratedCost)  # the plan's cost is the profile's
+    assert isinstance(cost, CalibratedCost | AfterIdleCost)  # the plan's cost is the profile's
     with interrupts.deferred():  # the compiled simulator must not see a signal's exception
         sim_runs = run_sim(sim_plan, progress=progress)
-        at_speed = at_run_speed(sim_plan, real_runs, cost)
+        at_speed = at_run_speed(sim_plan, real_runs, cost, prof)
     result = compare(sim_plan, sim_runs, real_world, cost, prof, allocator, at_speed)
     with files.staged_dir(dest) as tmp:
         files.write_json(tmp / "fidelity.json", result)
@@ -142,7 +144,7 @@ def main(args: argparse.Namespace, argv: list[str]) -> int:
 
 
 def _write_steps(path: Path, sim_runs: list[WorldRun], real_runs: list[WorldRun],
-                 cost: CalibratedCost) -> None:
+                 cost: SplitCostModel) -> None:
     cols = ("world", "arm", "point_id", "repeat", "step", "start_s", "end_s", "kind",
             "core_calls", "num_decode_items", "num_prompt_tokens", "predicted_s", "cpu_s")
     rows = []

@@ -2,8 +2,9 @@
 (docs/fidelity.md), built from typed sections here and in ``batches``, ``drift``, ``tail`` and
 ``targets``, and written by ``loopserve.commands.fidelity``.
 
-Per-step error: each measured batch is predicted with ``CalibratedCost.execute_time`` and
-compared with its measured ``execute`` time, rel_error = (predicted - measured) / measured.
+Per-step error: each measured batch is predicted with the calibrated cost model's
+``execute_time`` (with the after-idle effect composed on it) and compared with its measured
+``execute`` time, rel_error = (predicted - measured) / measured.
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ from loopserve.fidelity.targets import targets
 from loopserve.fidelity.world import RealWorld, WorldRun
 from loopserve.runs.metrics import metric
 from loopserve.runs.plan import Plan
-from sim.cost.calibrated import CalibratedCost
+from sim.cost.base import SplitCostModel
 from sim.cost.fit import contended as contended_step
 from sim.cost.profile import Profile
 
@@ -142,7 +143,7 @@ def _by(groups: list[str], pred: list[float], meas: list[float]) -> dict[str, Er
             for k in sorted(set(groups))}
 
 
-def compare(plan: Plan, sim: list[WorldRun], world: RealWorld, cost: CalibratedCost,
+def compare(plan: Plan, sim: list[WorldRun], world: RealWorld, cost: SplitCostModel,
             profile: Profile, allocator: str | None,
             at_speed: AtRunSpeed | None = None) -> FidelityDoc:
     """The fidelity.json document; ``allocator`` is what the measured runs' allocator was set

@@ -13,13 +13,13 @@ import numpy as np
 
 from loopserve.fidelity.doc import DriftRun, DriftSection
 from loopserve.fidelity.world import WorldRun
-from sim.cost.calibrated import CalibratedCost
+from sim.cost.base import SplitCostModel
 
 NUM_PARTS = 10
 KIND = "decode"
 
 
-def drift(real: list[WorldRun], cost: CalibratedCost) -> DriftSection:
+def drift(real: list[WorldRun], cost: SplitCostModel) -> DriftSection:
     """The ``drift`` section of fidelity.json: per measured run, the ratio by tenth."""
     runs: list[DriftRun] = []
     for r in real:

@@ -19,11 +19,13 @@ from loopserve.fidelity.compare import arm_errors
 from loopserve.fidelity.doc import ArmErrors, AtRunSpeed
 from loopserve.fidelity.world import WorldRun, run_sim
 from loopserve.runs.plan import Plan
+from sim.cost.base import SplitCostModel
 from sim.cost.calibrated import CalibratedCost
 from sim.cost.profile import GridTerm, Profile, StageFit
+from sim.cost.resolve import compose
 
 
-def step_time_ratio(plan: Plan, real: list[WorldRun], cost: CalibratedCost) -> float | None:
+def step_time_ratio(plan: Plan, real: list[WorldRun], cost: SplitCostModel) -> float | None:
     """Measured over predicted (``cost``) execute time, summed over the measured runs' steps
     at the reference point; None without steps."""
     meas = pred = 0.0
@@ -58,13 +60,15 @@ def scaled_profile(profile: Profile, factor: float) -> Profile:
         "finalize": _fit(profile.finalize, factor)})
 
 
-def at_run_speed(plan: Plan, real: list[WorldRun], cost: CalibratedCost) -> AtRunSpeed:
+def at_run_speed(plan: Plan, real: list[WorldRun], cost: SplitCostModel,
+                 profile: Profile) -> AtRunSpeed:
     """The ``at_run_speed`` section: the factor and, per arm, the errors of a simulation with
-    ``cost``'s profile scaled by it (None without measured steps)."""
+    ``profile`` (``cost``'s) scaled by it (None without measured steps)."""
     factor = step_time_ratio(plan, real, cost)
     if factor is None:
         return {"step_time_ratio": None, "arms": None}
-    scaled = CalibratedCost(scaled_profile(cost.profile, factor))
+    scaled_prof = scaled_profile(profile, factor)
+    scaled = compose(CalibratedCost(scaled_prof), scaled_prof)
     sim = run_sim(replace(plan, costs={k: scaled for k in plan.costs}), progress=False)
     return {"step_time_ratio": factor, "arms": arm_errors(plan, sim, real)}
 
