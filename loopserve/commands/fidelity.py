@@ -11,10 +11,11 @@ per-stage step errors, the host-gap error and the batch-sequence comparison), ``
 
 With ``repeats`` >= 2 the measured runs are interleaved across arms and compared both as the
 median (``arms``) and as the fastest repeat (``vs_fastest_repeat``): a shared machine's
-neighbours only ever add time. ``targets`` gives the verdict and ``drift`` the evidence;
-``machine`` holds the reference probes timed before and after the runs against the profile's;
-``tail`` splits the slowest 1% of token intervals of each measured run by step kind
-(``loopserve.fidelity.tail``), which tells a cost term from machine noise in ITL p99.
+neighbours only ever add time. ``targets`` gives the verdict; ``drift``, ``machine`` and
+``at_run_speed`` read the machine's own speed apart from the model's error
+(``loopserve.fidelity.machine``); ``tail`` splits the slowest 1% of token intervals of each
+measured run by step kind (``loopserve.fidelity.tail``), which tells a cost term from machine
+noise in ITL p99.
 """
 
 from __future__ import annotations
@@ -30,10 +31,9 @@ from loopserve.commands.args import add_scenario_flags
 from loopserve.errors import UserError
 from loopserve.fidelity.compare import compare
 from loopserve.fidelity.doc import FidelityDoc, MetricError
-from loopserve.fidelity.drift import drift_lines
 from loopserve.fidelity.exits import exit_lines
+from loopserve.fidelity.machine import at_run_speed, drift_lines, speed_lines
 from loopserve.fidelity.report import write_fidelity_report
-from loopserve.fidelity.speed import at_run_speed, speed_lines
 from loopserve.fidelity.tail import tail_lines
 from loopserve.fidelity.targets import target_lines
 from loopserve.fidelity.world import WorldRun, run_sim

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from loopserve.fidelity.speed import scaled_profile
+from loopserve.fidelity.machine import scaled_profile
 from sim.cost.base import StepContext
 from sim.cost.calibrated import CalibratedCost
 from sim.cost.profile import load_profile
