@@ -4,7 +4,7 @@ Each engine turn::
 
     batch  = core.schedule(env.now)
     result = executor.execute(batch)
-    yield env.timeout(cost.step_time(batch))
+    yield env.timeout(cost.step_time(StepContext(batch, prev, idle_s, since_idle)))
     events = core.apply(batch, result, env.now)
 
 Arrivals whose time has come are submitted before every ``schedule``, so an arrival at the

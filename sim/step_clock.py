@@ -11,7 +11,7 @@ from typing import Any
 import simpy
 
 from engine.core.batch import Batch
-from sim.cost.base import CostModel
+from sim.cost.base import CostModel, StepContext
 from sim.cost.waits import Waits
 from sim.errors import SimulationStopped
 from sim.stop import REQUESTED as STOP_REQUESTED
@@ -31,7 +31,8 @@ class StepClock:
         """When ``batch``, starting at ``start``, ends; ValueError on a negative price."""
         waits = self.waits
         waits.start(start - self.last_end)
-        duration = self.cost.step_time(batch, self.prev, waits.idle_s, waits.since_idle)
+        duration = self.cost.step_time(StepContext(batch, self.prev, waits.idle_s,
+                                                   waits.since_idle))
         self.prev = batch
         self.duration = duration
         if not duration >= 0.0:

@@ -11,10 +11,11 @@ per-stage step errors, the host-gap error and the batch-sequence comparison), ``
 
 With ``repeats`` >= 2 the measured runs are interleaved across arms and compared both as the
 median (``arms``) and as the fastest repeat (``vs_fastest_repeat``): a shared machine's
-neighbours only ever add time. ``targets`` gives the verdict and ``drift`` the evidence;
-``machine`` holds the reference probes timed before and after the runs against the profile's;
-``tail`` splits the slowest 1% of token intervals of each measured run by step kind
-(``loopserve.fidelity.tail``), which tells a cost term from machine noise in ITL p99.
+neighbours only ever add time. ``targets`` gives the verdict; ``drift``, ``machine`` and
+``at_run_speed`` read the machine's own speed apart from the model's error
+(``loopserve.fidelity.machine``); ``tail`` splits the slowest 1% of token intervals of each
+measured run by step kind (``loopserve.fidelity.tail``), which tells a cost term from machine
+noise in ITL p99.
 """
 
 from __future__ import annotations
@@ -29,11 +30,10 @@ from loopserve.commands import command_help
 from loopserve.commands.args import add_scenario_flags
 from loopserve.errors import UserError
 from loopserve.fidelity.compare import compare
-from loopserve.fidelity.drift import drift_lines
 from loopserve.fidelity.exits import exit_lines
 from loopserve.fidelity.json_types import FidelityDoc, MetricError
+from loopserve.fidelity.machine import at_run_speed, drift_lines, speed_lines
 from loopserve.fidelity.report import write_fidelity_report
-from loopserve.fidelity.speed import at_run_speed, speed_lines
 from loopserve.fidelity.tail import tail_lines
 from loopserve.fidelity.targets import target_lines
 from loopserve.fidelity.world import WorldRun, run_sim
@@ -44,6 +44,8 @@ from loopserve.runs.plan import plan_runs
 from loopserve.schema import load_scenario
 from loopserve.schema.scenario import Scenario
 from loopserve.targets.load import check_real
+from sim.cost.after_idle import AfterIdleCost
+from sim.cost.base import SplitCostModel
 from sim.cost.calibrated import CalibratedCost
 from sim.cost.profile import Profile, load_profile
 from sim.cost.resolve import model_label
@@ -117,10 +119,10 @@ def main(args: argparse.Namespace, argv: list[str]) -> int:
     real_world = run_real(real_plan, prof, progress=progress)
     real_runs = real_world.runs
     cost = next(iter(sim_plan.costs.values()))
-    assert isinstance(cost, CalibratedCost)  # the plan's cost is the profile's
+    assert isinstance(cost, CalibratedCost | AfterIdleCost)  # the plan's cost is the profile's
     with interrupts.deferred():  # the compiled simulator must not see a signal's exception
         sim_runs = run_sim(sim_plan, progress=progress)
-        at_speed = at_run_speed(sim_plan, real_runs, cost)
+        at_speed = at_run_speed(sim_plan, real_runs, cost, prof)
     result = compare(sim_plan, sim_runs, real_world, cost, prof, allocator, at_speed)
     with files.staged_dir(dest) as tmp:
         files.write_json(tmp / "fidelity.json", result)
@@ -142,7 +144,7 @@ def main(args: argparse.Namespace, argv: list[str]) -> int:
 
 
 def _write_steps(path: Path, sim_runs: list[WorldRun], real_runs: list[WorldRun],
-                 cost: CalibratedCost) -> None:
+                 cost: SplitCostModel) -> None:
     cols = ("world", "arm", "point_id", "repeat", "step", "start_s", "end_s", "kind",
             "core_calls", "num_decode_items", "num_prompt_tokens", "predicted_s", "cpu_s")
     rows = []

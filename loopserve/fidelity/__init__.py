@@ -1,4 +1,5 @@
 """``loopserve fidelity``'s pieces: both worlds' runs (``world``: ``WorldRun``, the simulated
 world; ``measured``: the real one, torch), their comparison (``compare``, the fidelity.json
-document) with its sections (``batches``, ``drift``, ``tail``, ``targets``), and the report
-(``report``)."""
+document) with its sections (``arm_errors``, ``batches``, ``exits``, ``tail``, ``targets``;
+``machine``: the measured machine's own drift, the one place fidelity handles it), and the
+report (``report``)."""

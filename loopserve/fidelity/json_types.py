@@ -1,5 +1,5 @@
 """The fidelity.json document as types: one TypedDict per section, keys in file order. The
-section builders (``compare``, ``batches``, ``drift``, ``tail``, ``targets``) return these,
+section builders (``compare``, ``batches``, ``machine``, ``tail``, ``targets``) return these,
 the report and the printed table read them, and ``loopserve.commands.fidelity`` writes the
 document as JSON."""
 
@@ -193,7 +193,7 @@ class ExitsSection(TypedDict):
 
 class AtRunSpeed(TypedDict):
     """The simulation again with the profile scaled to the measured runs' step time
-    (``loopserve.fidelity.speed``): a diagnostic, not a prediction."""
+    (``loopserve.fidelity.machine``): a diagnostic, not a prediction."""
 
     step_time_ratio: float | None
     arms: dict[str, ArmErrors] | None

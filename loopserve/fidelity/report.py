@@ -20,7 +20,7 @@ from loopserve.fidelity.world import WorldRun
 from loopserve.report.plots import png_bytes
 from loopserve.report.timeline import KIND_COLORS, KIND_LABELS, MS, draw_lane
 from loopserve.schema.scenario import Scenario
-from sim.cost.calibrated import CalibratedCost
+from sim.cost.base import SplitCostModel
 
 
 def _lane(ax: Axes, run: WorldRun, label: str) -> None:
@@ -69,7 +69,7 @@ def paired_timeline_figure(arm: str, sim: WorldRun, real: WorldRun) -> Figure:
     return fig
 
 
-def scatter_figure(real: list[WorldRun], cost: CalibratedCost) -> Figure:
+def scatter_figure(real: list[WorldRun], cost: SplitCostModel) -> Figure:
     """Predicted vs measured time of every measured step, by kind of core call."""
     fig, ax = plt.subplots(figsize=(6.5, 5.5), layout="constrained")
     lo, hi = np.inf, 0.0
@@ -190,7 +190,7 @@ _CSS = ("body{font-family:sans-serif;margin:2em;max-width:1300px}table{border-co
 
 
 def write_fidelity_report(path: Path, scn: Scenario, result: FidelityDoc, sim: list[WorldRun],
-                 real: list[WorldRun], cost: CalibratedCost) -> None:
+                 real: list[WorldRun], cost: SplitCostModel) -> None:
     """Render the self-contained report."""
     prof = result["profile"]
     ref = result["reference_point_id"]

@@ -24,7 +24,7 @@ import numpy as np
 from loopserve.fidelity.json_types import TailKind, TailRun, TailSection
 from loopserve.fidelity.world import WorldRun
 from loopserve.runs.metrics import consecutive_tokens
-from sim.cost.calibrated import CalibratedCost
+from sim.cost.base import SplitCostModel
 
 PERCENTILE = 99.0
 BURST_RATIO = 1.25  # tail ratio / run ratio above which a kind's tail steps count as bursts
@@ -41,7 +41,7 @@ def _intervals(run: WorldRun) -> list[tuple[int, int]]:
     return [(at_end[a.time_s], at_end[b.time_s]) for a, b in consecutive_tokens(run.records)]
 
 
-def _run_tail(run: WorldRun, cost: CalibratedCost) -> TailRun | None:
+def _run_tail(run: WorldRun, cost: SplitCostModel) -> TailRun | None:
     steps = run.records.steps
     pred = run.predict(cost)
     ivs = _intervals(run)
@@ -99,7 +99,7 @@ def _run_tail(run: WorldRun, cost: CalibratedCost) -> TailRun | None:
     }
 
 
-def tail(real: list[WorldRun], cost: CalibratedCost) -> TailSection:
+def tail(real: list[WorldRun], cost: SplitCostModel) -> TailSection:
     """The ``tail`` section of fidelity.json: one entry per measured run with intervals."""
     runs = [t for r in real if (t := _run_tail(r, cost)) is not None]
     return {"percentile": PERCENTILE, "burst_ratio": BURST_RATIO, "edge": EDGE,

@@ -20,8 +20,7 @@ from loopserve.runs.metrics import Metrics, summarize
 from loopserve.runs.plan import Plan, run_source
 from loopserve.runs.sweep import SweepPoint
 from loopserve.targets.base import RunSpec
-from sim.cost.base import CostModel
-from sim.cost.calibrated import CalibratedCost
+from sim.cost.base import CostModel, SplitCostModel, StepContext
 from sim.cost.waits import Waits
 
 # A real loop's host gap between back-to-back steps (0.03-0.2 ms) is no idle time; the
@@ -40,7 +39,7 @@ class WorldRun:
     cpu_s: list[float] = field(default_factory=list)  # real world: thread CPU per execute
     predicted_s: list[float] = field(default_factory=list)  # real world: see ``predict``
 
-    def predict(self, cost: CalibratedCost) -> list[float]:
+    def predict(self, cost: SplitCostModel) -> list[float]:
         """The profile's execute time of each step, each priced after the step before it and
         the time the engine sat idle before it, as the simulator prices them (computed once;
         the comparison, the drift rows, the report and steps.csv share it)."""
@@ -50,12 +49,12 @@ class WorldRun:
             waits, out = Waits(IDLE_FROM_S), []
             for i, b in enumerate(self.batches):
                 waits.start(s.start_s[i] - ends[i])
-                out.append(cost.execute_time(b, self.batches[i - 1] if i else None,
-                                             waits.idle_s, waits.since_idle))
+                out.append(cost.execute_time(StepContext(
+                    b, self.batches[i - 1] if i else None, waits.idle_s, waits.since_idle)))
             self.predicted_s = out
         return self.predicted_s
 
-    def ratios(self, cost: CalibratedCost) -> list[float]:
+    def ratios(self, cost: SplitCostModel) -> list[float]:
         """Measured / predicted execute time of each step (nan where nothing is predicted)."""
         return [(s.end_s - s.start_s) / p if p > 0 else float("nan")
                 for s, p in zip(self.records.steps, self.predict(cost), strict=True)]
@@ -77,10 +76,9 @@ class _Capture:
         self.cost = cost
         self.batches: list[Batch] = []
 
-    def step_time(self, batch: Batch, prev: Batch | None = None, idle_s: float = 0.0,
-                  since_idle: int = 0) -> float:
-        self.batches.append(batch)
-        return float(self.cost.step_time(batch, prev, idle_s, since_idle))
+    def step_time(self, ctx: StepContext) -> float:
+        self.batches.append(ctx.batch)
+        return float(self.cost.step_time(ctx))
 
     def breakdown(self, batch: Batch) -> dict[str, float]:
         return dict(self.cost.breakdown(batch))

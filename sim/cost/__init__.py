@@ -9,7 +9,15 @@ from typing import TYPE_CHECKING, Any
 
 from engine.core.config import ModelShape
 from engine.core.shapes import shape_name
-from sim.cost.base import HARDWARE, CostModel, HardwarePreset, get_hardware, item_context
+from sim.cost.base import (
+    HARDWARE,
+    CostModel,
+    HardwarePreset,
+    SplitCostModel,
+    StepContext,
+    get_hardware,
+    item_context,
+)
 from sim.cost.roofline import RooflineCost
 
 if TYPE_CHECKING:
@@ -19,6 +27,7 @@ if TYPE_CHECKING:
 # use (``__getattr__``), so a roofline run never imports the calibrated model or its profile.
 _LAZY: dict[str, str] = {
     "CalibratedCost": "sim.cost.calibrated",
+    "AfterIdleCost": "sim.cost.after_idle",
     "ConstantCost": "sim.cost.constant",
     "FEATURE_NAMES": "sim.cost.features",
     "STEP_KINDS": "sim.cost.features",
@@ -56,7 +65,8 @@ def make_cost_model(
     ``constant`` needs ``core_call_s``; ``roofline`` uses the ``hardware`` preset with
     ``dtype_bytes`` (default: the preset's, 2 on h200, 4 on cpu); ``calibrated`` loads
     ``profile`` and checks that it was measured on ``hardware`` for ``model_name`` (default:
-    the preset name of ``model``; the model check is skipped when the shape is no preset).
+    the preset name of ``model``; the model check is skipped when the shape is no preset),
+    with the profile's measured effects composed onto it (``sim.cost.resolve.compose``).
     Raises ValueError naming the field on a bad value.
     """
     if kind == "constant":
@@ -73,17 +83,19 @@ def make_cost_model(
         if profile is None:
             raise ValueError("cost.profile: the calibrated cost model needs a profile JSON path")
         from sim.cost.calibrated import CalibratedCost
+        from sim.cost.resolve import compose
 
         cost = CalibratedCost(profile, hardware=hardware,
                               model=model_name if model_name is not None else shape_name(model))
         if cost.readback_note is not None:
             logging.getLogger(__name__).warning(cost.readback_note)
-        return cost
+        return compose(cost, cost.profile)
     raise ValueError(f"cost.kind: unknown cost model {kind!r}; use one of {'|'.join(COST_KINDS)}")
 
 
 __all__ = [
     "COST_KINDS",
+    "AfterIdleCost",
     "FEATURE_NAMES",
     "HARDWARE",
     "PROFILE_FORMAT",
@@ -91,6 +103,8 @@ __all__ = [
     "CalibratedCost",
     "ConstantCost",
     "CostModel",
+    "SplitCostModel",
+    "StepContext",
     "HardwarePreset",
     "Profile",
     "Provenance",

@@ -1,4 +1,6 @@
-"""The first step after the engine sat idle runs slower: ``AfterIdle``, a profile part.
+"""The first step after the engine sat idle runs slower: ``AfterIdle``, the profile part
+that holds the measured factors, and ``AfterIdleCost``, the cost model that charges them on
+top of any base model.
 
 A step run after a wait takes longer than the same step back to back, whether the wait is
 spent asleep or spinning: the caches lose the weights and KV while the engine waits (on a
@@ -12,6 +14,11 @@ requests' prompt work: a ``prefill`` (atomic) or ``prompt`` step, which differ.
 ``loopserve.calibrate.after_idle`` measures both and a decode step; another kind takes the
 median of the measured ones. The caches refill over more than one step, so ``later[k]``
 charges step k + 1 after the wait that fraction of the first step's extra.
+
+This module is the one place that knows about idle time: the step clock counts waits
+(``sim.cost.waits``) into each ``StepContext``, ``sim.cost.resolve.compose`` wraps a base cost
+model in ``AfterIdleCost`` when its profile carries the term, and the base models price a
+batch as if it ran back to back.
 """
 
 from __future__ import annotations
@@ -21,6 +28,9 @@ import statistics
 
 from pydantic import BaseModel, ConfigDict, model_validator
 
+from engine.core.batch import Batch
+from engine.core.results import step_kind
+from sim.cost.base import CostModel, StepContext
 from sim.cost.features import STEP_KINDS
 
 
@@ -82,3 +92,46 @@ class AfterIdle(BaseModel):
             i += 1
         w = math.log(idle_s / pts[i - 1]) / math.log(pts[i] / pts[i - 1])
         return ext[i - 1] + w * (ext[i] - ext[i - 1])
+
+
+class AfterIdleCost:
+    """``base`` with the execute time of the steps after a wait scaled by ``after_idle``.
+
+    The factor applies to the execute time alone, for the step kind the base priced it as:
+    with a base that splits execute from the host gap (``SplitCostModel``, the calibrated
+    model) the gap is left as it is; any other base's whole step counts as execute time, of
+    its ``step_kind``. A step that follows no wait costs exactly what the base says.
+    """
+
+    def __init__(self, base: CostModel, after_idle: AfterIdle) -> None:
+        self.base = base
+        self.after_idle = after_idle
+
+    def split(self, ctx: StepContext) -> tuple[str, float, float]:
+        """``(kind, execute_s, gap_s)`` of ``ctx``, execute time scaled after a wait."""
+        base = self.base
+        split = getattr(base, "split", None)
+        if split is not None:
+            kind, execute_s, gap_s = split(ctx)
+        else:
+            kind, execute_s, gap_s = step_kind(ctx.batch), base.step_time(ctx), 0.0
+        if ctx.idle_s > 0.0:
+            execute_s *= self.after_idle.factor(ctx.idle_s, kind, ctx.since_idle)
+        return kind, execute_s, gap_s
+
+    def step_time(self, ctx: StepContext) -> float:
+        _, execute_s, gap_s = self.split(ctx)
+        return execute_s + gap_s
+
+    def execute_time(self, ctx: StepContext) -> float:
+        """Seconds of the runner's ``execute(ctx.batch)`` after what ``ctx`` says came
+        before it."""
+        return self.split(ctx)[1]
+
+    def gap_time(self, batch: Batch) -> float:
+        """The base's host gap before ``batch`` (no wait changes it)."""
+        return self.split(StepContext(batch))[2]
+
+    def breakdown(self, batch: Batch) -> dict[str, float]:
+        """The base's terms: a batch alone follows no wait."""
+        return self.base.breakdown(batch)

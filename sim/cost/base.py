@@ -1,8 +1,12 @@
 """The cost-model interface, hardware presets and the batch geometry all models share.
 
-A cost model turns a scheduled ``Batch`` into simulated seconds. It sees exactly what the
-executor would run: the stage, and per core call (``Batch.core_call_items``) the items with
-their rows, positions and depths. It never mutates the batch.
+A cost model turns a step, a ``StepContext``, into simulated seconds. The context holds the
+scheduled ``Batch``, exactly what the executor would run (the stage, and per core call,
+``Batch.core_call_items``, the items with their rows, positions and depths), and what the
+engine did before it: the previous batch and how long the engine sat idle. A base model
+prices the batch; each measured effect of what came before (``sim.cost.after_idle``) is a
+module of its own that wraps a base model (``sim.cost.resolve.compose``). A cost model never
+mutates the batch.
 """
 
 from __future__ import annotations
@@ -13,30 +17,67 @@ from typing import Protocol
 from engine.core.batch import Batch, ItemKind, ScheduledItem
 
 
+@dataclass(slots=True, eq=False, init=False)
+class StepContext:
+    """One step as a cost model sees it: ``batch``, and what the engine did before it.
+
+    ``prev`` is the step that ran just before it on the same engine (None for the first);
+    ``idle_s`` how long the engine last sat idle (0 if it never has) and ``since_idle`` how
+    many steps ran back to back between the first step after that wait and this one (0: this
+    is that step), as ``sim.cost.waits.Waits`` counts them. Read-only by contract.
+    """
+
+    batch: Batch
+    prev: Batch | None
+    idle_s: float
+    since_idle: int
+
+    # Written out (init=False): the step clock builds one per step, and a dataclass-generated
+    # __init__ stays interpreted even when mypyc compiles the class.
+    def __init__(self, batch: Batch, prev: Batch | None = None, idle_s: float = 0.0,
+                 since_idle: int = 0) -> None:
+        self.batch = batch
+        self.prev = prev
+        self.idle_s = idle_s
+        self.since_idle = since_idle
+
+
 class CostModel(Protocol):
     """How long a step takes in the simulator.
 
-    ``step_time(batch)`` returns the simulated duration of the whole step in seconds: an
-    atomic PREFILL step or a prompt shortcut covers all of its core calls, PRELUDE and CODA
-    steps cost what their stage costs. It must be deterministic and side-effect free, and
-    cheap (it runs once per simulated step).
+    ``step_time(ctx)`` returns the simulated duration of the whole step ``ctx.batch`` in
+    seconds: an atomic PREFILL step or a prompt shortcut covers all of its core calls, PRELUDE
+    and CODA steps cost what their stage costs. It must be deterministic and side-effect free,
+    and cheap (it runs once per simulated step).
 
     ``breakdown(batch)`` returns named terms in seconds (keys such as ``weights_s``,
     ``kv_s``, ``attention_s``, ``host_s``, ``embed_s``, ``lm_head_s``) plus ``total_s``,
-    which equals ``step_time(batch)``. Terms are for reports; they need not add up to the
-    total (a roofline takes the max of memory and compute time per call).
+    which equals ``step_time(StepContext(batch))``. Terms are for reports; they need not add
+    up to the total (a roofline takes the max of memory and compute time per call).
     """
 
-    def step_time(self, batch: Batch, prev: Batch | None = None, idle_s: float = 0.0,
-                  since_idle: int = 0) -> float:
-        """Simulated seconds the step takes; ``prev`` is the step that ran just before it on
-        the same engine (None for the first), for models that charge for what it left in
-        the caches. For models that charge for a cold start: ``idle_s`` is how long the
-        engine last sat idle (0 if it never has), and ``since_idle`` how many steps ran back
-        to back between the first step after that wait and this one (0: this is that step)."""
+    def step_time(self, ctx: StepContext) -> float:
+        """Simulated seconds the step ``ctx.batch`` takes after what ``ctx`` says came
+        before it (a model reads only what it charges for)."""
 
     def breakdown(self, batch: Batch) -> dict[str, float]:
         """Named cost terms of the step, in seconds, plus ``total_s``."""
+
+
+class SplitCostModel(CostModel, Protocol):
+    """A cost model that prices the runner's ``execute`` apart from the host gap before the
+    step (``sim.cost.calibrated``): what a measured effect on execute time scales, and what
+    fidelity compares with measured steps. ``step_time(ctx)`` is execute plus gap."""
+
+    def split(self, ctx: StepContext) -> tuple[str, float, float]:
+        """``(kind, execute_s, gap_s)``: the step kind that priced it (a profile stage), the
+        seconds of ``execute(ctx.batch)`` and the host seconds before the step."""
+
+    def execute_time(self, ctx: StepContext) -> float:
+        """Seconds of the runner's ``execute(ctx.batch)`` alone."""
+
+    def gap_time(self, batch: Batch) -> float:
+        """Host seconds between the previous step's end and this step's start."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -9,6 +9,7 @@ from typing import Any
 from engine.core.batch import Batch
 from engine.core.request import Stage
 from engine.core.results import rfc_readbacks, step_kind
+from sim.cost.base import StepContext
 from sim.cost.features import batch_features
 from sim.cost.profile import Profile, StageFit, load_profile
 
@@ -35,10 +36,12 @@ class CalibratedCost:
     """Predicts step times from a profile's per-stage linear models.
 
     ``step_time`` = ``execute_time`` (the runner's ``execute``) + the host gap between steps
-    (when the profile has ``step_gap``). ``execute_time`` is the stage's model plus, for a
-    step that has them and a profile that measured them, the adaptive-exit extras
-    (``signals``, ``finalize``), times the profile's ``after_idle`` factor for a step
-    ``since_idle`` steps after the first one after an ``idle_s`` wait.
+    (when the profile has ``step_gap``). ``execute_time`` is the model of the stage that
+    prices the step after ``ctx.prev`` plus, for a step that has them and a profile that
+    measured them, the adaptive-exit extras (``signals``, ``finalize``). The idle time before
+    a step is no concern of this model: the profile's ``after_idle`` term is its own module
+    (``sim.cost.after_idle.AfterIdleCost``), composed onto this one by
+    ``sim.cost.resolve.compose``.
 
     A profile with a ``readback`` term charges a recurrent step that reads exit signals back
     its ``readback_s`` once per readback (``rfc_readbacks``, as the roofline does) instead of
@@ -67,7 +70,6 @@ class CalibratedCost:
             )
         self._fits: dict[str, StageFit] = {str(k): v for k, v in p.stages.items()}
         self._gap = p.step_gap
-        self._idle = p.after_idle
         self.readback_s = None if p.readback is None else p.readback.readback_s
         self.readback_note = None if p.readback is not None else (
             "cost.profile: no readback term (an older profile); a readback is charged by the "
@@ -90,24 +92,27 @@ class CalibratedCost:
             )
         return kind, fit
 
-    def _execute_s(self, batch: Batch, prev: Batch | None, f: dict[str, float],
-                   idle_s: float, since_idle: int) -> float:
-        kind, fit = self._fit(batch, prev)
+    def _execute_s(self, fit: StageFit, batch: Batch, f: dict[str, float]) -> float:
         t = fit.predict(f)
         for _, feature, extra in self._extras:
             if f[feature] > 0:
                 t += extra.predict(f)
         if self.readback_s is not None:
             t += self.readback_s * _recurrent_readbacks(batch)
-        if idle_s > 0.0 and self._idle is not None:
-            t *= self._idle.factor(idle_s, kind, since_idle)
         return t
 
-    def execute_time(self, batch: Batch, prev: Batch | None = None, idle_s: float = 0.0,
-                     since_idle: int = 0) -> float:
-        """Predicted seconds of the runner's ``execute(batch)`` alone, after ``prev``, and
-        ``since_idle`` steps after the first one after an ``idle_s`` wait."""
-        return self._execute_s(batch, prev, batch_features(batch), idle_s, since_idle)
+    def split(self, ctx: StepContext) -> tuple[str, float, float]:
+        """``(kind, execute_s, gap_s)``: the profile stage that prices ``ctx.batch`` after
+        ``ctx.prev``, the predicted seconds of the runner's ``execute`` and the host gap."""
+        batch = ctx.batch
+        kind, fit = self._fit(batch, ctx.prev)
+        f = batch_features(batch)
+        return kind, self._execute_s(fit, batch, f), self._gap_s(f)
+
+    def execute_time(self, ctx: StepContext) -> float:
+        """Predicted seconds of the runner's ``execute(ctx.batch)`` alone, after ``ctx.prev``."""
+        fit = self._fit(ctx.batch, ctx.prev)[1]
+        return self._execute_s(fit, ctx.batch, batch_features(ctx.batch))
 
     def _gap_s(self, features: dict[str, float]) -> float:
         return 0.0 if self._gap is None else self._gap.predict(features)
@@ -116,10 +121,9 @@ class CalibratedCost:
         """Predicted host seconds between the previous step's end and this step's start."""
         return self._gap_s(batch_features(batch))
 
-    def step_time(self, batch: Batch, prev: Batch | None = None, idle_s: float = 0.0,
-                  since_idle: int = 0) -> float:
-        f = batch_features(batch)
-        return self._execute_s(batch, prev, f, idle_s, since_idle) + self._gap_s(f)
+    def step_time(self, ctx: StepContext) -> float:
+        _, execute_s, gap_s = self.split(ctx)
+        return execute_s + gap_s
 
     def breakdown(self, batch: Batch) -> dict[str, float]:
         fit = self._fit(batch)[1]
@@ -135,5 +139,5 @@ class CalibratedCost:
         if self.readback_s is not None:
             out["readback_s"] = self.readback_s * _recurrent_readbacks(batch)
         out["host_s"] = self.gap_time(batch)
-        out["total_s"] = self.step_time(batch)
+        out["total_s"] = self.step_time(StepContext(batch))
         return out

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from engine.core.batch import Batch
+from sim.cost.base import StepContext
 
 
 class ConstantCost:
@@ -21,11 +22,10 @@ class ConstantCost:
         """Calls the step is charged for."""
         return batch.num_core_calls or 1
 
-    def step_time(self, batch: Batch, prev: Batch | None = None, idle_s: float = 0.0,
-                  since_idle: int = 0) -> float:
-        return self.calls(batch) * self.core_call_s
+    def step_time(self, ctx: StepContext) -> float:
+        return self.calls(ctx.batch) * self.core_call_s
 
     def breakdown(self, batch: Batch) -> dict[str, float]:
-        total = self.step_time(batch)
+        total = self.calls(batch) * self.core_call_s
         return {"core_call_s": self.core_call_s, "calls": float(self.calls(batch)),
                 "total_s": total}

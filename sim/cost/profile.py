@@ -41,7 +41,7 @@ Optional parts (absent in older files, which keep loading):
   measures each as the paired difference of one batch timed with and without it;
 - a ``decode_after_prompt`` stage: decode-only core calls measured right after a prompt step
   instead of after a like call. The model uses it for a decode step whose previous step was
-  prompt, prefill or mixed work (``step_time(batch, prev)``): that work evicts the decode
+  prompt, prefill or mixed work (a ``StepContext``'s ``prev``): that work evicts the decode
   rows' KV and weights from the caches, which costs most on a CPU at long contexts;
 - ``readback``: ``{"readback_s": ...}``, what one exit-signal readback adds to a recurrent
   step (``scheduler.readback_skip`` off against on: the gate, the device-to-host copy, the
@@ -51,8 +51,9 @@ Optional parts (absent in older files, which keep loading):
   profile without it: the ``signals`` model (gate plus one readback, timed alone) charges
   those steps, and ``CalibratedCost.readback_note`` says so;
 - ``after_idle`` (``sim.cost.after_idle.AfterIdle``): the extra execute time of the first steps
-  after the engine sat idle, by step kind and idle time (``step_time(batch, prev, idle_s,
-  since_idle)``, counted by ``sim.cost.waits``).
+  after the engine sat idle, by step kind and idle time, charged by
+  ``sim.cost.after_idle.AfterIdleCost`` from a ``StepContext``'s ``idle_s`` and
+  ``since_idle`` (counted by ``sim.cost.waits``).
 """
 
 from __future__ import annotations

@@ -7,8 +7,10 @@ anywhere): the folders of ``$LOOPSERVE_PROFILES`` (``os.pathsep``-separated), th
 repository's ``scenarios/``), then the source checkout's ``results/profiles``.
 ``resolve_cost`` maps a scenario's cost choice to what the cost factory gets: ``auto`` means
 the calibrated profile when one is found for the scenario's hardware and model, the
-roofline otherwise; every other kind passes through unchanged. ``describe_cost`` is what a
-run records of the cost model that ran (summary.json and env.json ``cost_model``).
+roofline otherwise; every other kind passes through unchanged. ``compose`` wraps a base cost
+model in the measured effects its profile carries, each one module (the first step after
+idle: ``sim.cost.after_idle``). ``describe_cost`` is what a run records of the cost model
+that ran (summary.json and env.json ``cost_model``).
 """
 
 from __future__ import annotations
@@ -16,6 +18,11 @@ from __future__ import annotations
 import hashlib
 import os
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from sim.cost.base import CostModel
+    from sim.cost.profile import Profile
 
 PROFILES_DIR = Path("results") / "profiles"
 PROFILES_ENV = "LOOPSERVE_PROFILES"
@@ -62,6 +69,17 @@ def resolve_cost(kind: str, profile: str | None, hardware: str, model: str,
         return kind, profile
     found = find_profile(hardware, model, base_dir)
     return ("calibrated", str(found)) if found is not None else ("roofline", None)
+
+
+def compose(base: CostModel, profile: Profile) -> CostModel:
+    """``base`` with each measured effect ``profile`` carries composed onto it, outermost
+    last; ``base`` itself when it carries none."""
+    cost = base
+    if profile.after_idle is not None:
+        from sim.cost.after_idle import AfterIdleCost
+
+        cost = AfterIdleCost(cost, profile.after_idle)
+    return cost
 
 
 def describe_cost(requested: str, kind: str, profile: str | None,

@@ -24,7 +24,7 @@ from __future__ import annotations
 from engine.core.batch import Batch, FinalizeOp
 from engine.core.config import ModelShape
 from engine.core.request import Stage
-from sim.cost.base import HardwarePreset, item_context
+from sim.cost.base import HardwarePreset, StepContext, item_context
 
 
 class RooflineCost:
@@ -49,9 +49,8 @@ class RooflineCost:
         self.host_call_s = hardware.host_call_s + hardware.host_layer_s * m.num_layers
         self.weights_s = self.weight_bytes / self._bw
 
-    def step_time(self, batch: Batch, prev: Batch | None = None, idle_s: float = 0.0,
-                  since_idle: int = 0) -> float:
-        return self._cost(batch, None)
+    def step_time(self, ctx: StepContext) -> float:
+        return self._cost(ctx.batch, None)
 
     def _call_s(self, rows: int, kv_tokens: int, ctx_sum: int, fused_rows: int) -> float:
         """One core call: roofline of its bytes and FLOPs plus the host overhead."""

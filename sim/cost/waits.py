@@ -1,6 +1,6 @@
 """How long the engine last sat idle, and how many steps it has run since the first one after
-that wait: what ``CostModel.step_time`` reads as ``idle_s`` and ``since_idle`` (a profile's
-``after_idle``, ``sim.cost.after_idle``). The simulator counts the steps it runs with it, and
+that wait: a ``StepContext``'s ``idle_s`` and ``since_idle``, which the after-idle effect
+reads (``sim.cost.after_idle``). The simulator counts the steps it runs with it, and
 fidelity the measured steps it prices, so both charge the same steps."""
 
 from __future__ import annotations

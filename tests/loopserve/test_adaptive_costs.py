@@ -23,6 +23,7 @@ from loopserve.calibrate.adaptive_costs import (
 )
 from loopserve.calibrate.measure import CalibrationRig, config_for
 from sim.cost import CalibratedCost, batch_features
+from sim.cost.base import StepContext
 from tests.helpers import profile_doc, stage
 
 STAGES = {"decode": stage(3e-3, decode_rows=1e-4), "coda": stage(7e-4, rows=4e-5)}
@@ -58,13 +59,14 @@ def test_signal_rows_counts_the_decode_rows_that_read_a_signal() -> None:
 
 def test_the_extras_are_priced_on_the_steps_that_have_them() -> None:
     plain, both = _cost(), _cost(signals=SIGNALS, finalize=FINALIZE)
-    assert both.execute_time(_decode(4, False)) == plain.execute_time(_decode(4, False))
-    assert both.execute_time(_coda(3, 0)) == plain.execute_time(_coda(3, 0))
-    assert both.execute_time(_decode(4, True)) == pytest.approx(
-        plain.execute_time(_decode(4, True)) + 2e-5 + 4e-6)
-    assert both.execute_time(_coda(3, 2)) == pytest.approx(
-        plain.execute_time(_coda(3, 2)) + 6e-5 + 6 * 2e-6)
-    assert both.step_time(_coda(3, 2)) == pytest.approx(both.execute_time(_coda(3, 2)))
+    for batch in (_decode(4, False), _coda(3, 0)):
+        assert both.execute_time(StepContext(batch)) == plain.execute_time(StepContext(batch))
+    assert both.execute_time(StepContext(_decode(4, True))) == pytest.approx(
+        plain.execute_time(StepContext(_decode(4, True))) + 2e-5 + 4e-6)
+    assert both.execute_time(StepContext(_coda(3, 2))) == pytest.approx(
+        plain.execute_time(StepContext(_coda(3, 2))) + 6e-5 + 6 * 2e-6)
+    assert both.step_time(StepContext(_coda(3, 2))) == pytest.approx(
+        both.execute_time(StepContext(_coda(3, 2))))
     terms = both.breakdown(_decode(4, True))
     assert terms["signals_s"] == pytest.approx(2e-5 + 4e-6)
     assert sum(v for k, v in terms.items() if k != "total_s") == pytest.approx(terms["total_s"])
@@ -72,8 +74,11 @@ def test_the_extras_are_priced_on_the_steps_that_have_them() -> None:
 
 def test_a_profile_without_extras_prices_as_before() -> None:
     """Profiles calibrated before the extras existed keep loading and predicting the same."""
-    assert _cost().execute_time(_coda(3, 2)) == _cost().execute_time(_coda(3, 0))
-    assert _cost().execute_time(_decode(4, True)) == _cost().execute_time(_decode(4, False))
+    cost = _cost()
+    assert (cost.execute_time(StepContext(_coda(3, 2)))
+            == cost.execute_time(StepContext(_coda(3, 0))))
+    assert (cost.execute_time(StepContext(_decode(4, True)))
+            == cost.execute_time(StepContext(_decode(4, False))))
 
 
 @pytest.fixture(scope="module")

@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from loopserve.fidelity.speed import scaled_profile
+from loopserve.fidelity.machine import scaled_profile
+from sim.cost.base import StepContext
 from sim.cost.calibrated import CalibratedCost
 from sim.cost.profile import load_profile
 from tests.loopserve.test_fidelity import files, profile, result  # noqa: F401  (fixtures)
@@ -48,7 +49,8 @@ def test_every_cost_term_scales(result: Path) -> None:  # noqa: F811
     batches = run_sim(plan, progress=False)[0].batches
     base, scaled = CalibratedCost(prof), CalibratedCost(scaled_profile(prof, 1.7))
     for prev, b in zip([None, *batches], batches, strict=False):
-        assert scaled.execute_time(b, prev) == pytest.approx(1.7 * base.execute_time(b, prev))
+        ctx = StepContext(b, prev)
+        assert scaled.execute_time(ctx) == pytest.approx(1.7 * base.execute_time(ctx))
         assert scaled.gap_time(b) == pytest.approx(1.7 * base.gap_time(b))
 
 

@@ -1,6 +1,6 @@
 """The first step after the engine sat idle (``sim.cost.after_idle``): the profile term, the
-calibrated cost, the simulator charging it only after a wait, and the fidelity comparison
-pricing measured steps the same way."""
+effect composed onto a base cost model, the simulator charging it only after a wait, and the
+fidelity comparison pricing measured steps the same way."""
 
 from __future__ import annotations
 
@@ -14,10 +14,12 @@ from engine.core.results import step_kind
 from engine.core.shapes import TINY
 from loopserve.fidelity.world import WorldRun
 from loopserve.runs.metrics import summarize
-from sim import simulate
-from sim.cost.after_idle import AfterIdle
+from sim import make_cost_model, simulate
+from sim.cost.after_idle import AfterIdle, AfterIdleCost
+from sim.cost.base import CostModel, StepContext
 from sim.cost.calibrated import CalibratedCost
 from sim.cost.profile import load_profile
+from sim.cost.resolve import compose
 from tests.helpers import ListSource, make_config, profile_doc, stage
 
 # prefill is what the atomic arm runs first after a wait, prompt the other arms
@@ -34,6 +36,11 @@ def _profile(after_idle: dict[str, object] | None = CURVE) -> dict[str, object]:
     if after_idle is not None:
         doc["after_idle"] = after_idle
     return doc
+
+
+def _cost(after_idle: dict[str, object] | None = CURVE) -> CostModel:
+    """The calibrated model of ``_profile(after_idle)`` as a run resolves it."""
+    return make_cost_model("calibrated", TINY, hardware="cpu", profile=_profile(after_idle))
 
 
 def test_the_factor_interpolates_in_log_idle_time_and_holds_past_the_last_point() -> None:
@@ -62,13 +69,36 @@ def test_a_bad_curve_is_a_one_line_profile_error(bad: dict[str, object], why: st
     assert "after_idle" in str(err.value) and "\n" not in str(err.value).strip()
 
 
-def test_the_cost_scales_execute_time_after_idle_and_leaves_the_host_gap() -> None:
-    cost, plain = CalibratedCost(_profile()), CalibratedCost(_profile(None))
+def test_the_effect_is_composed_only_onto_a_profile_that_carries_it() -> None:
+    cost, plain = _cost(), _cost(None)
+    assert isinstance(cost, AfterIdleCost) and isinstance(cost.base, CalibratedCost)
+    assert isinstance(plain, CalibratedCost)  # nothing to compose: the base itself
+    base = CalibratedCost(_profile())
+    composed = compose(base, base.profile)
+    assert isinstance(composed, AfterIdleCost) and composed.base is base
+    assert composed.after_idle == base.profile.after_idle
+
+
+def test_the_effect_scales_execute_time_after_idle_and_leaves_the_host_gap() -> None:
+    cost, plain = _cost(), _cost(None)
+    assert isinstance(cost, AfterIdleCost) and isinstance(plain, CalibratedCost)
     batch = _first_batch(cost)  # any batch will do: the simulator's own first one
-    warm = cost.execute_time(batch)
-    assert warm == plain.execute_time(batch, None, 0.5)
-    assert cost.execute_time(batch, None, 0.1) == pytest.approx(1.2 * warm)  # a prefill
-    assert cost.step_time(batch, None, 0.1) == pytest.approx(1.2 * warm + 5e-5)
+    warm = cost.execute_time(StepContext(batch))
+    assert warm == plain.execute_time(StepContext(batch, None, 0.5))  # the base reads no idle
+    assert cost.execute_time(StepContext(batch, None, 0.1)) == pytest.approx(1.2 * warm)
+    assert cost.step_time(StepContext(batch, None, 0.1)) == pytest.approx(1.2 * warm + 5e-5)
+    assert cost.gap_time(batch) == plain.gap_time(batch) == pytest.approx(5e-5)
+    assert cost.step_time(StepContext(batch)) == plain.step_time(StepContext(batch))
+    assert cost.breakdown(batch) == plain.breakdown(batch)
+
+
+def test_the_effect_composes_onto_a_base_without_a_host_gap() -> None:
+    roofline = make_cost_model("roofline", TINY, hardware="cpu")
+    cost = AfterIdleCost(roofline, AfterIdle.model_validate(CURVE))
+    batch = _first_batch(cost)  # an atomic prefill
+    ctx = StepContext(batch, None, 0.1)
+    assert cost.step_time(ctx) == pytest.approx(1.2 * roofline.step_time(ctx))
+    assert cost.step_time(StepContext(batch)) == roofline.step_time(StepContext(batch))
 
 
 def _spec(rid: str, at: float) -> ArrivalSpec:
@@ -77,18 +107,18 @@ def _spec(rid: str, at: float) -> ArrivalSpec:
 
 
 class _Recording:
-    def __init__(self, cost: CalibratedCost) -> None:
+    def __init__(self, cost: CostModel) -> None:
         self.cost, self.calls = cost, []  # type: ignore[var-annotated]
 
-    def step_time(self, batch, prev=None, idle_s=0.0, since_idle=0):  # type: ignore[no-untyped-def]
-        self.calls.append((batch, idle_s, since_idle))
-        return self.cost.step_time(batch, prev, idle_s, since_idle)
+    def step_time(self, ctx: StepContext) -> float:
+        self.calls.append((ctx.batch, ctx.idle_s, ctx.since_idle))
+        return self.cost.step_time(ctx)
 
     def breakdown(self, batch):  # type: ignore[no-untyped-def]
         return self.cost.breakdown(batch)
 
 
-def _first_batch(cost: CalibratedCost):  # type: ignore[no-untyped-def]
+def _first_batch(cost: CostModel):  # type: ignore[no-untyped-def]
     rec = _Recording(cost)
     simulate(make_config("atomic"), ListSource([_spec("a", 0.0)]), rec)
     return rec.calls[0][0]
@@ -103,7 +133,7 @@ def _two(arm: str, cost: object):  # type: ignore[no-untyped-def]
 
 @pytest.mark.parametrize("arm", ["atomic", "per_depth", "mixed"])
 def test_the_simulator_charges_the_step_after_a_wait(arm: str) -> None:
-    rec = _Recording(CalibratedCost(_profile()))
+    rec = _Recording(_cost())
     steps = _two(arm, rec)
     waited = [k for k, (_, idle, since) in enumerate(rec.calls) if idle > 0 and since == 0]
     assert len(waited) == 1
@@ -114,9 +144,9 @@ def test_the_simulator_charges_the_step_after_a_wait(arm: str) -> None:
     assert all(c[1] == 0.0 for c in rec.calls[:k])
     batch, cost = rec.calls[k][0], rec.cost
     assert steps.end_s[k] - steps.start_s[k] == pytest.approx(
-        AFTER_2S[arm] * cost.execute_time(batch, rec.calls[k - 1][0]) + 5e-5)
+        AFTER_2S[arm] * cost.execute_time(StepContext(batch, rec.calls[k - 1][0])) + 5e-5)
     # without the term the same run is the same but for that one step's length (no `later`)
-    plain = _two(arm, CalibratedCost(_profile(None)))
+    plain = _two(arm, _cost(None))
     assert plain.start_s[:k + 1] == steps.start_s[:k + 1]
     assert plain.end_s[k] < steps.end_s[k]
     assert [b - a for a, b in zip(plain.start_s[k + 1:], plain.end_s[k + 1:], strict=True)] == \
@@ -129,19 +159,20 @@ def test_later_steps_after_a_wait_pay_their_share_of_the_first_steps_extra() -> 
     a = AfterIdle.model_validate(curve)
     assert [a.factor(2.0, "prompt", n) for n in range(4)] == pytest.approx(
         [1.5, 1.25, 1.125, 1.0])
-    rec = _Recording(CalibratedCost(_profile(curve)))
+    rec = _Recording(_cost(curve))
     steps = _two("per_depth", rec)
     k = next(i for i, (_, idle, since) in enumerate(rec.calls) if idle > 0 and since == 0)
     for n, share in ((1, 0.5), (2, 0.25), (3, 0.0)):
         batch, prev = rec.calls[k + n][0], rec.calls[k + n - 1][0]
-        warm = rec.cost.execute_time(batch, prev)
+        warm = rec.cost.execute_time(StepContext(batch, prev))
         kind_extra = {"prompt": 0.5, "decode": 0.1}.get(step_kind(batch), 0.3)
         assert steps.end_s[k + n] - steps.start_s[k + n] == pytest.approx(
             (1 + share * kind_extra) * warm + 5e-5), n
 
 
 def test_fidelity_prices_a_measured_step_with_the_wait_before_it() -> None:
-    cost = CalibratedCost(_profile({**CURVE, "later": [0.5]}))
+    cost = _cost({**CURVE, "later": [0.5]})
+    assert isinstance(cost, AfterIdleCost)
     rec = _Recording(cost)
     sim = simulate(make_config("atomic"), ListSource([_spec("a", 0.0), _spec("b", 2.0)]), rec)
     batches = [c[0] for c in rec.calls]
@@ -149,12 +180,15 @@ def test_fidelity_prices_a_measured_step_with_the_wait_before_it() -> None:
     predicted = run.predict(cost)
     k = next(i for i, (_, idle, since) in enumerate(rec.calls) if idle > 0 and since == 0)
     idle = rec.calls[k][1]
-    assert predicted[k] == pytest.approx(cost.execute_time(batches[k], batches[k - 1], idle))
-    assert predicted[k] > cost.execute_time(batches[k], batches[k - 1])
+
+    def execute_s(i: int, idle_s: float = 0.0, since: int = 0) -> float:
+        return cost.execute_time(StepContext(batches[i], batches[i - 1] if i else None, idle_s,
+                                             since))
+
+    assert predicted[k] == pytest.approx(execute_s(k, idle))
+    assert predicted[k] > execute_s(k)
     # back to back after it, whatever the host gap between them: the later share, then none
-    assert predicted[k + 1] == pytest.approx(cost.execute_time(batches[k + 1], batches[k],
-                                                               idle, 1))
-    assert predicted[k + 1] > cost.execute_time(batches[k + 1], batches[k])
-    assert predicted[k + 2] == cost.execute_time(batches[k + 2], batches[k + 1])
-    assert predicted[:k] == [cost.execute_time(b, batches[i - 1] if i else None)
-                             for i, b in enumerate(batches[:k])]
+    assert predicted[k + 1] == pytest.approx(execute_s(k + 1, idle, 1))
+    assert predicted[k + 1] > execute_s(k + 1)
+    assert predicted[k + 2] == execute_s(k + 2)
+    assert predicted[:k] == [execute_s(i) for i in range(k)]

@@ -11,6 +11,7 @@ import pytest
 
 from engine.core.batch import Batch, ItemKind, ScheduledItem
 from engine.core.request import Stage
+from sim.cost.base import StepContext
 from sim.cost.calibrated import CalibratedCost
 from sim.cost.features import FEATURE_NAMES, batch_features
 from sim.cost.fit import Sample, fit_stage, pooled_held_out
@@ -198,10 +199,10 @@ def test_profile_round_trips_with_grid_and_step_gap(tmp_path: Path) -> None:
     assert f["decode_padded_context"] == 150
     cost = CalibratedCost(again, hardware="cpu", model="small")
     execute = 1e-3 + 1e-5 + 2.5e-4  # grid: halfway between 1e-4 and 4e-4
-    assert cost.execute_time(batch) == pytest.approx(execute)
+    assert cost.execute_time(StepContext(batch)) == pytest.approx(execute)
     assert cost.gap_time(batch) == pytest.approx(3e-5 + 2e-6)
-    assert cost.step_time(batch) == pytest.approx(execute + 3e-5 + 2e-6)
-    assert cost.breakdown(batch)["total_s"] == cost.step_time(batch)
+    assert cost.step_time(StepContext(batch)) == pytest.approx(execute + 3e-5 + 2e-6)
+    assert cost.breakdown(batch)["total_s"] == cost.step_time(StepContext(batch))
 
 
 def test_old_profiles_without_the_optional_parts_still_load(tmp_path: Path) -> None:
@@ -214,7 +215,7 @@ def test_old_profiles_without_the_optional_parts_still_load(tmp_path: Path) -> N
     path.write_text(json.dumps(data))
     cost = CalibratedCost(path)
     batch = Batch(0, Stage.RECURRENT, (ScheduledItem("a", 0, ItemKind.DECODE, 9, 1),))
-    assert cost.step_time(batch) == pytest.approx(1e-3 + 1e-5)
+    assert cost.step_time(StepContext(batch)) == pytest.approx(1e-3 + 1e-5)
 
 
 def test_shape_grid_covers_every_kind_and_holds_out_off_grid_shapes() -> None:
@@ -266,13 +267,13 @@ def test_a_decode_call_after_prompt_work_uses_the_after_prompt_stage() -> None:
     prefill = Batch(0, Stage.PREFILL, (ScheduledItem("b", 0, ItemKind.PROMPT, 0, 8,
                                                      num_depths=4),))
     mixed = Batch(0, Stage.RECURRENT, decode.items + prompt.items)
-    warm = cost.execute_time(decode)
-    assert warm == cost.execute_time(decode, decode) < 5e-3
+    warm = cost.execute_time(StepContext(decode))
+    assert warm == cost.execute_time(StepContext(decode, decode)) < 5e-3
     for prev in (prompt, prefill, mixed):
-        assert cost.execute_time(decode, prev) == pytest.approx(5e-3 + 1e-5)
-        assert cost.step_time(decode, prev) == pytest.approx(5e-3 + 1e-5 + 3e-5 + 2e-6)
+        assert cost.execute_time(StepContext(decode, prev)) == pytest.approx(5e-3 + 1e-5)
+        assert cost.step_time(StepContext(decode, prev)) == pytest.approx(5e-3 + 1e-5 + 3e-5 + 2e-6)
     # without the stage (older profiles) a decode call after prompt work is priced warm
-    assert CalibratedCost(_profile_dict()).execute_time(decode, prompt) == warm
+    assert CalibratedCost(_profile_dict()).execute_time(StepContext(decode, prompt)) == warm
 
 
 def test_the_simulator_prices_each_step_after_the_one_before_it() -> None:

@@ -10,6 +10,7 @@ from engine.core.records import RunRecorder
 from engine.core.results import StepRecord, step_kind
 from engine.core.shapes import TINY
 from sim.cost import make_cost_model
+from sim.cost.base import StepContext
 from sim.executor import SimExecutor
 from sim.exit_model import make_signal_fn
 from tests.helpers import drive, make_config
@@ -40,7 +41,7 @@ def test_recorder_rows_and_roofline_terms_on_every_arm(arm: str, shortcut: bool)
         cost = make_cost_model("roofline", TINY, hardware=hw)
         for b in batches:
             t = cost.breakdown(b)
-            assert cost.step_time(b) == t["total_s"]
+            assert cost.step_time(StepContext(b)) == t["total_s"]
             fixed = t["step_overhead_s"] + t["finalize_s"] + t["host_s"] + t["readback_s"]
             if not b.num_core_calls:
                 continue

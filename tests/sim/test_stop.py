@@ -10,6 +10,7 @@ import pytest
 from engine.core import SamplingParams
 from engine.core.records import ArrivalSpec
 from sim import simulate, stop
+from sim.cost.base import StepContext
 from sim.cost.constant import ConstantCost
 from sim.errors import SimulationStopped
 from tests.helpers import ListSource, make_config
@@ -33,11 +34,11 @@ class _StopAt:
     def __init__(self, at: int) -> None:
         self.inner, self.at, self.steps = ConstantCost(0.001), at, 0
 
-    def step_time(self, batch: object, *args: object) -> float:
+    def step_time(self, ctx: StepContext) -> float:
         self.steps += 1
         if self.steps == self.at:
             stop.request()
-        return self.inner.step_time(batch, *args)  # type: ignore[arg-type]
+        return self.inner.step_time(ctx)
 
 
 def test_a_stop_request_ends_the_run_after_the_current_step() -> None:
