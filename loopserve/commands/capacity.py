@@ -32,7 +32,7 @@ from loopserve.errors import UserError
 from loopserve.outputs import env_info, files
 from loopserve.outputs.vllm_results import parse_goodput
 from loopserve.outputs.vllm_run import slo_goodput
-from loopserve.report.capacity import capacity_png
+from loopserve.report.figures import capacity_png
 from loopserve.runs import interrupts
 from loopserve.runs.capacity import search_capacity
 from loopserve.runs.capacity_probe import (

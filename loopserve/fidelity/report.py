@@ -17,7 +17,7 @@ from matplotlib.patches import Patch
 from loopserve.fidelity.doc import ErrorStats, FidelityDoc
 from loopserve.fidelity.tail import edge_text, reading
 from loopserve.fidelity.world import WorldRun
-from loopserve.report.plots import png_bytes
+from loopserve.report.style import png_bytes
 from loopserve.report.timeline import KIND_COLORS, KIND_LABELS, MS, draw_lane
 from loopserve.schema.scenario import Scenario
 from sim.cost.calibrated import CalibratedCost
