@@ -101,7 +101,8 @@ def _num(x: float | None) -> str:
 
 def _arm_rows(result: FidelityDoc) -> list[list[str]]:
     spread = result.get("measured_repeat_spread") or {}
-    at_speed = (result.get("at_run_speed") or {}).get("arms") or {}
+    speed = result.get("at_run_speed")
+    at_speed = (speed.get("arms") if speed else None) or {}
     rows = []
     for arm, metrics in result["arms"].items():
         for name, v in metrics.items():
@@ -153,7 +154,8 @@ def write_fidelity_report(path: Path, scn: Scenario, result: FidelityDoc, sim: l
                           real: list[WorldRun], cost: CalibratedCost) -> None:
     """Render the self-contained report (``loopserve/report/templates/fidelity.html.j2``)."""
     ref = result["reference_point_id"]
-    ratio = (result.get("at_run_speed") or {}).get("step_time_ratio")
+    speed = result.get("at_run_speed")
+    ratio = speed.get("step_time_ratio") if speed else None
     timelines = []
     for arm in scn.arms:
         pair = [(s, r) for s, r in zip(sim, real, strict=True)
