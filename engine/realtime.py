@@ -74,8 +74,8 @@ class _RealtimeRun:
 
     def run(self) -> RunRecords:
         # Objects alive before the run (a model, earlier runs' records) go to the permanent
-        # generation, as vLLM does after start-up: a full collection over them took up to 215 ms
-        # mid-step on a CPU, which a token interval then shows as a latency spike.
+        # generation, as vLLM does after start-up: a full collection over them mid-step shows
+        # as a token-interval spike (docs/fidelity.md, "Effects measured on the same machine").
         # A caller that froze its own objects (a server after start-up) keeps them frozen.
         was_frozen = gc.get_freeze_count() > 0
         gc.collect()

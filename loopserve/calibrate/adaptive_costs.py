@@ -38,13 +38,19 @@ FINALIZE_ROWS = (1, 2, 4, 8, 16)
 Variant = Callable[[Batch], Batch]
 
 
-def with_signals(batch: Batch) -> Batch:
-    """``batch`` with every decode row computing and reading back its gate."""
+def with_signals(batch: Batch, needs_signal: bool = True) -> Batch:
+    """``batch`` with every decode row computing and reading back its gate, or (with
+    ``needs_signal`` false, ``readback_skip`` on) none of them."""
     items = tuple(
         ScheduledItem(it.request_id, it.generation, it.kind, it.position, it.num_tokens,
-                      it.depth, it.num_depths, needs_signal=True)
+                      it.depth, it.num_depths, needs_signal=needs_signal)
         if it.kind is ItemKind.DECODE else it for it in batch.items)
     return Batch(batch.step, batch.stage, items, batch.housekeeping)
+
+
+def without_signals(batch: Batch) -> Batch:
+    """``batch`` with no decode row reading its signal back (``readback_skip`` on)."""
+    return with_signals(batch, False)
 
 
 def with_finalize(to_planes: int) -> Variant:

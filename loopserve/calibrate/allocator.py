@@ -3,11 +3,10 @@
 Eager torch on CPU allocates per-step temporaries of several MB (the decode gather of K/V
 grows with context: rows x context x KV heads x head dim). glibc serves blocks above its
 mmap threshold with mmap and trims the heap top past its trim threshold, so such blocks are
-mapped, zero-faulted and unmapped again on every step. Measured on the `small` preset in
-scenarios/interference-cpu.yaml (per_depth arm): 11.9 M minor page faults and 28 s of system
-time in a ~100 s run, decode steps 22.6 ms -> 16.0 ms median once the allocator keeps its
-memory. A calibration rig that measured large shapes early has a raised dynamic threshold and
-does not fault, so without this the profile and the real loop measure different allocators.
+mapped, zero-faulted and unmapped again on every step, and the page faults slow the CPU loop
+(docs/fidelity.md, "Effects measured on the same machine"). A calibration rig that measured
+large shapes early has a raised dynamic threshold and does not fault, so without this the
+profile and the real loop measure different allocators.
 """
 
 from __future__ import annotations

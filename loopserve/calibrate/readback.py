@@ -21,8 +21,7 @@ import functools
 import random
 import statistics
 
-from engine.core.batch import Batch, ItemKind, ScheduledItem
-from loopserve.calibrate.adaptive_costs import SIGNAL_CONTEXT, _time, with_signals
+from loopserve.calibrate.adaptive_costs import SIGNAL_CONTEXT, _time, with_signals, without_signals
 from loopserve.calibrate.measure import CalibrationRig, StepTimer, warm_up
 from sim.cost.shape_grid import DecodeRow, Shape
 
@@ -45,15 +44,6 @@ def readback_shapes(num_depths: int, quick: bool = False) -> list[Shape]:
     rows = QUICK_READBACK_ROWS if quick else READBACK_ROWS
     return [Shape("decode", decode=tuple(DecodeRow(SIGNAL_CONTEXT, i % num_depths)
                                          for i in range(n))) for n in rows]
-
-
-def without_signals(batch: Batch) -> Batch:
-    """``batch`` with no decode row reading its signal back (``readback_skip`` on)."""
-    items = tuple(
-        ScheduledItem(it.request_id, it.generation, it.kind, it.position, it.num_tokens,
-                      it.depth, it.num_depths, needs_signal=False)
-        if it.kind is ItemKind.DECODE else it for it in batch.items)
-    return Batch(batch.step, batch.stage, items, batch.housekeeping)
 
 
 def measure_readback(rig: CalibrationRig, shapes: list[Shape], *, rounds: int,

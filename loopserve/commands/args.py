@@ -11,21 +11,29 @@ from loopserve.errors import UserError
 
 
 def number(flag: str, text: str, low: float, *, integer: bool = False,
-           allow_inf: bool = False) -> float:
-    """``text`` as a number >= ``low`` (an int when ``integer``); UserError otherwise."""
+           allow_inf: bool = False, fix: str = "") -> float:
+    """``text`` as a number >= ``low`` (an int when ``integer``); UserError otherwise, ending
+    in ``fix`` (e.g. "e.g. --seed 0") when given."""
+    hint = f"; {fix}" if fix else ""
     try:
         value = int(text) if integer else float(text)
     except ValueError:
         kind = "an integer" if integer else "a number"
-        raise UserError(flag, f"{text!r} is not {kind}") from None
+        raise UserError(flag, f"{text!r} is not {kind}{hint}") from None
     if math.isnan(value) or (math.isinf(value) and not allow_inf) or value < low:
         raise UserError(flag, f"must be {'an integer' if integer else 'a number'} >= {low:g}"
-                        f"{' or inf' if allow_inf else ''}, got {text}")
+                        f"{' or inf' if allow_inf else ''}, got {text}{hint}")
     return value
 
 
-def integer(flag: str, text: str, low: int) -> int:
-    return int(number(flag, text, low, integer=True))
+def integer(flag: str, text: str, low: int, fix: str = "") -> int:
+    return int(number(flag, text, low, integer=True, fix=fix))
+
+
+def real_target(target: str) -> None:
+    """``--target`` of a command that runs the real engine: cpu or cuda; UserError otherwise."""
+    if target not in ("cpu", "cuda"):
+        raise UserError("--target", f"unknown target {target!r}; use cpu or cuda")
 
 
 def flag_error(err: ValueError, default: str) -> UserError:

@@ -22,13 +22,13 @@ import json
 import time
 from collections.abc import Iterable
 from pathlib import Path
-from typing import TypeVar
 
 import numpy as np
 
 from loopserve.calibrate.allocator import steady_allocator
 from loopserve.calibrate.result import CalibrationResult
 from loopserve.commands import command_help
+from loopserve.commands.args import integer, number, real_target
 from loopserve.errors import UserError
 from loopserve.outputs import env_info
 from loopserve.outputs.files import atomic_write_all, check_writable, staged_dir, write_json
@@ -69,29 +69,16 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     p.set_defaults(handler=main)
 
 
-N = TypeVar("N", int, float)
-
-
-def _number(flag: str, text: str, kind: type[N], low: float, fix: str) -> N:
-    try:
-        value = kind(text)
-    except ValueError:
-        raise UserError(flag, f"{text!r} is not a valid number; {fix}") from None
-    if not value >= low:
-        raise UserError(flag, f"must be >= {low:g}, got {text}; {fix}")
-    return value
-
-
 def main(args: argparse.Namespace, argv: list[str]) -> int:
     """Validate flags, measure, fit, write; UserError on bad input (exit 2 by the CLI)."""
     started = time.time()
-    if args.target not in ("cpu", "cuda"):
-        raise UserError("--target", f"unknown target {args.target!r}; use cpu or cuda")
-    max_s = _number("--max-seconds", args.max_seconds, float, 1.0, "e.g. --max-seconds 60")
-    repeats = _number("--repeats", args.repeats, int, 1, "e.g. --repeats 5")
-    threads = _number("--threads", args.threads, int, 1, "e.g. --threads 1")
-    block = _number("--block-size", args.block_size, int, 1, "e.g. --block-size 16")
-    seed = _number("--seed", args.seed, int, 0, "e.g. --seed 0")
+    real_target(args.target)
+    max_s = number("--max-seconds", args.max_seconds, 1.0, allow_inf=True,
+                   fix="e.g. --max-seconds 60")
+    repeats = integer("--repeats", args.repeats, 1, "e.g. --repeats 5")
+    threads = integer("--threads", args.threads, 1, "e.g. --threads 1")
+    block = integer("--block-size", args.block_size, 1, "e.g. --block-size 16")
+    seed = integer("--seed", args.seed, 0, "e.g. --seed 0")
     out = Path(args.out) if args.out else None
     if out is not None and out.suffix != ".json" and out.exists() and (
             not out.is_dir() or any(out.iterdir())):

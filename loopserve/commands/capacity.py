@@ -32,7 +32,7 @@ from loopserve.errors import UserError
 from loopserve.outputs import env_info, files
 from loopserve.outputs.vllm_results import parse_goodput
 from loopserve.outputs.vllm_run import slo_goodput
-from loopserve.report.capacity import capacity_png
+from loopserve.report.figures import capacity_png
 from loopserve.runs import interrupts
 from loopserve.runs.capacity import search_capacity
 from loopserve.runs.capacity_probe import (
@@ -57,17 +57,22 @@ MAX_STEPS = 10  # bracketing reaches start x 2**10 or start / 2**10
 def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser("capacity", help=command_help("capacity"))
     p.add_argument("scenario", help="scenario YAML file with a poisson or gamma workload")
+    add_slo_flags(p)
+    p.add_argument("--target", default="sim", choices=TARGETS)
+    p.add_argument("--tolerance", default="0.05", help="relative width of the final bracket")
+    p.add_argument("--start-rate", help="first rate probed (default: the workload's rate)")
+    add_scenario_flags(p, "run folder to write (default results/<name>/<run-id>)")
+    p.set_defaults(handler=main)
+
+
+def add_slo_flags(p: argparse.ArgumentParser) -> None:
+    """The criterion's flags (``criterion`` reads them), shared with ``loopserve tune``."""
     p.add_argument("--slo", help="limits on median metrics, e.g. ttft_p99_ms=200,itl_p99_ms=10 "
                    "(default: the scenario's slo)")
     p.add_argument("--goodput-fraction", metavar="F", help="also require request_goodput / "
                    "request_throughput >= F (0 < F <= 1)")
     p.add_argument("--goodput", nargs="+", metavar="KEY:MS", help="per-request SLOs behind "
                    "--goodput-fraction: ttft:MS tpot:MS e2el:MS (default: the scenario's slo)")
-    p.add_argument("--target", default="sim", choices=TARGETS)
-    p.add_argument("--tolerance", default="0.05", help="relative width of the final bracket")
-    p.add_argument("--start-rate", help="first rate probed (default: the workload's rate)")
-    add_scenario_flags(p, "run folder to write (default results/<name>/<run-id>)")
-    p.set_defaults(handler=main)
 
 
 def main(args: argparse.Namespace, argv: list[str]) -> int:

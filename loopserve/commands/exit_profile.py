@@ -30,6 +30,7 @@ from pathlib import Path
 from engine.core.config import ExitConfig
 from engine.core.guarded_read import FileReadError, parse_json, read_text
 from loopserve.commands import command_help
+from loopserve.commands.args import real_target
 from loopserve.errors import UserError
 from loopserve.outputs.files import atomic_write, check_writable
 from loopserve.runs import interrupts
@@ -141,8 +142,7 @@ def _scenario_workload(scn: Scenario, repeats: int, independent: bool, vocab_siz
 def main(args: argparse.Namespace, argv: list[str]) -> int:
     """Validate, measure, write; UserError on bad input (exit 2 by the CLI)."""
     started = time.time()
-    if args.target not in ("cpu", "cuda"):
-        raise UserError("--target", f"unknown target {args.target!r}; use cpu or cuda")
+    real_target(args.target)
     for flag, value in (("--num-prompts", args.num_prompts), ("--max-tokens", args.max_tokens),
                         ("--threads", args.threads)):
         if value < 1:

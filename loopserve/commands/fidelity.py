@@ -27,7 +27,7 @@ from pathlib import Path
 
 from loopserve.calibrate.allocator import steady_allocator
 from loopserve.commands import command_help
-from loopserve.commands.args import add_scenario_flags
+from loopserve.commands.args import add_scenario_flags, real_target
 from loopserve.errors import UserError
 from loopserve.fidelity.compare import compare
 from loopserve.fidelity.exits import exit_lines
@@ -89,8 +89,7 @@ def check_profile(path: str, scn: Scenario, target: str) -> Profile:
 def main(args: argparse.Namespace, argv: list[str]) -> int:
     """Plan both worlds, run them, compare, write; UserError on bad input (exit 2)."""
     started = time.time()
-    if args.target not in ("cpu", "cuda"):
-        raise UserError("--target", f"unknown target {args.target!r}; use cpu or cuda")
+    real_target(args.target)
     scn = load_scenario(args.scenario, args.sets)
     prof = check_profile(args.profile, scn, args.target)
     check_real(args.target)

@@ -26,6 +26,7 @@ from loopserve.commands.args import add_scenario_flags, integer
 from loopserve.commands.capacity import (
     FACTOR,
     MAX_STEPS,
+    add_slo_flags,
     criterion,
     start_rate,
     tolerance_flag,
@@ -51,12 +52,7 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     p = sub.add_parser("tune", help=command_help("tune"))
     p.add_argument("scenario", help="scenario YAML file with a poisson or gamma workload and "
                    "a tune section (dotted field -> values)")
-    p.add_argument("--slo", help="limits on median metrics, e.g. ttft_p99_ms=200,itl_p99_ms=10 "
-                   "(default: the scenario's slo)")
-    p.add_argument("--goodput-fraction", metavar="F", help="also require request_goodput / "
-                   "request_throughput >= F (0 < F <= 1)")
-    p.add_argument("--goodput", nargs="+", metavar="KEY:MS", help="per-request SLOs behind "
-                   "--goodput-fraction: ttft:MS tpot:MS e2el:MS (default: the scenario's slo)")
+    add_slo_flags(p)
     p.add_argument("--objective", default="capacity", choices=OBJECTIVES,
                    help="rank by capacity (req/s) or capacity per GPU")
     p.add_argument("--budget", metavar="N", help="at most N probes in all (a probe: one rate of "

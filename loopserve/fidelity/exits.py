@@ -39,11 +39,6 @@ def _depths(runs: list[WorldRun]) -> list[tuple[tuple[int, str], int]]:
             for t in r.records.tokens if t.index > 0]
 
 
-def depth_fractions(runs: list[WorldRun], num_depths: int) -> list[float]:
-    """Fraction of the runs' decode tokens exiting after 1..D loops."""
-    return depth_histogram([d for _, d in _depths(runs)], num_depths)
-
-
 def _world(runs: list[WorldRun], num_depths: int) -> ExitWorld:
     depths = [d for _, d in _depths(runs)]
     outputs = sum(len(r.records.tokens) for r in runs)

@@ -23,8 +23,8 @@ from loopserve.targets.base import RunSpec
 from sim.cost.base import CostModel, SplitCostModel, StepContext
 from sim.cost.waits import Waits
 
-# A real loop's host gap between back-to-back steps (0.03-0.2 ms) is no idle time; the
-# simulator prices it in ``step_gap`` and starts the next step at once.
+# A real loop's host gap between back-to-back steps (well under IDLE_FROM_S) is no idle time;
+# the simulator prices it in ``step_gap`` and starts the next step at once.
 IDLE_FROM_S = 1e-3
 
 

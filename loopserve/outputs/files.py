@@ -50,19 +50,6 @@ def run_destination(out: str | None, parent: Path, label: str) -> Path:
     return parent.resolve() / new_run_id(label, parent)
 
 
-def file_destination(out: str, field: str, *, force: bool = False) -> Path:
-    """A file destination (``--out FILE``) checked before any work: resolved through
-    symlinks, not a folder, its folder creatable and writable, and not an existing file
-    unless ``force``."""
-    dest = Path(out).resolve()
-    if dest.is_dir():
-        raise UserError(field, f"{dest} is a folder; give a file name")
-    if dest.exists() and not force:
-        raise UserError(field, f"{dest} exists; pick a new name or add --force to replace it")
-    check_writable(dest, field)
-    return dest
-
-
 def check_writable(dest: Path, field: str) -> None:
     """Before any work: the nearest existing folder above ``dest`` must be a folder this
     process can create files in (tried, not guessed from permission bits)."""

@@ -50,8 +50,6 @@ PD_REQUESTS_SCHEMA: Schema = (("prefill_replica", "int"), ("kv_transfer_s", "flo
 ITL_SCHEMA: Schema = (("arm", "text"), ("point_id", "int"), ("quantile", "float"),
                       ("itl_ms", "float"), ("num_gaps", "int"))
 RUN_KEY_COLUMNS = tuple(c for c, _ in RUN_KEY_SCHEMA)
-STEPS_COLUMNS = tuple(c for c, _ in STEPS_SCHEMA)
-REQUESTS_COLUMNS = tuple(c for c, _ in REQUESTS_SCHEMA)
 TOKENS_COLUMNS = tuple(c for c, _ in TOKENS_SCHEMA)
 ITL_COLUMNS = tuple(c for c, _ in ITL_SCHEMA)
 # 0, 0.5%, ..., 99%, then the tail at 1 - 10^-x for x = 2.05 .. 5 (p99.999), then the max

@@ -247,10 +247,4 @@ def _load_table(folder: Path, name: str) -> pd.DataFrame:
         if name in _OPTIONAL_TABLES:
             return pd.DataFrame({c: [] for c in _OPTIONAL_TABLES[name]})
         raise UserError("run_dir", f"{folder}: missing {name}.parquet (or .csv)")
-    try:
-        df = read_table(path)
-    except (OSError, ValueError) as err:
-        raise UserError("run_dir", f"{path}: cannot read ({err})") from None
-    if "arm" in df:
-        df["arm"] = df["arm"].astype(str)
-    return df
+    return _read(path, None, {})

@@ -9,8 +9,6 @@ time, TTFT per result (box and points) and the ITL tail (1 - CDF, log-log) of ev
 
 from __future__ import annotations
 
-import base64
-import math
 import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -19,13 +17,19 @@ from typing import Any
 
 import numpy as np
 from matplotlib.figure import Figure
-from matplotlib.ticker import FuncFormatter
 
 from loopserve.bench.datasets import read_json_file
 from loopserve.errors import UserError
-from loopserve.report.itl import fix_log_x, plain_number
-from loopserve.report.markup import CSS, esc, num, table
-from loopserve.report.plots import ARM_COLORS, plain_log, plt, png_bytes
+from loopserve.report.page import render
+from loopserve.report.sections import Table, num
+from loopserve.report.style import (
+    ARM_COLORS,
+    empty,
+    plain_log,
+    plt,
+    png_bytes,
+    tail_axes,
+)
 
 COLORS = (*ARM_COLORS.values(), "#009e73", "#cc79a7", "#56b4e9", "#555555")
 REQUIRED = ("completed", "failed", "duration")
@@ -103,11 +107,6 @@ def load_results(path: Path) -> list[BenchResult]:
     return out
 
 
-def _empty(ax: Any, text: str) -> None:
-    ax.text(0.5, 0.5, text, ha="center", va="center", transform=ax.transAxes)
-    ax.set_axis_off()
-
-
 def ttft_over_time_figure(results: Sequence[BenchResult]) -> Figure:
     """TTFT of each successful request against its send time."""
     fig, ax = plt.subplots(figsize=(8, 4.5))
@@ -122,7 +121,7 @@ def ttft_over_time_figure(results: Sequence[BenchResult]) -> Figure:
         ax.scatter(x, y, s=12, alpha=0.6, color=COLORS[i % len(COLORS)], label=r.label)
         shown = shown or bool(y.size)
     if not shown:
-        _empty(ax, "no start_times / ttfts: run bench serve with --save-detailed")
+        empty(ax, "no start_times / ttfts: run bench serve with --save-detailed")
         return fig
     plain_log(ax, "y")
     ax.set_xlabel("send time (s from the benchmark's start)")
@@ -149,7 +148,7 @@ def ttft_box_figure(results: Sequence[BenchResult]) -> Figure:
                    alpha=0.45)
         drawn = True
     if not drawn:
-        _empty(ax, "no ttfts: run bench serve with --save-detailed")
+        empty(ax, "no ttfts: run bench serve with --save-detailed")
         return fig
     ax.set_xticks(range(len(results)), [r.label for r in results])
     plain_log(ax, "y")
@@ -176,17 +175,9 @@ def itl_tail_figure(results: Sequence[BenchResult]) -> Figure:
         highs.append(gaps[-1])
         floor = min(floor, float(above[-1]))
     if not lows:
-        _empty(ax, "no itls: run bench serve with --save-detailed")
+        empty(ax, "no itls: run bench serve with --save-detailed")
         return fig
-    fix_log_x(ax, min(lows), max(highs))
-    ax.set_yscale("log")
-    bottom = 10.0 ** math.floor(math.log10(floor * 0.8))
-    ax.set_ylim(bottom, 1.3)
-    ax.yaxis.set_major_formatter(FuncFormatter(plain_number))
-    ax.set_xlabel("inter-token latency x (ms, log scale)")
-    ax.set_ylabel("fraction of gaps ≥ x (log scale)")
-    ax.grid(True, which="major", alpha=0.3)
-    ax.legend(fontsize=8, loc="lower left")
+    tail_axes(ax, min(lows), max(highs), floor)
     ax.set_title("ITL tail per result (1 - CDF, client side)")
     return fig
 
@@ -203,21 +194,8 @@ def _cell(value: Any) -> str:
 
 
 def render_bench_html(results: Sequence[BenchResult]) -> str:
-    """The whole page; images embedded, nothing fetched."""
-    rows = [[esc(r.label)] + [_cell(r.data.get(key)) for _, key in COLUMNS] for r in results]
-    runs = "".join(
-        f"<li><b>{esc(r.label)}</b>: {esc(r.path.name)}, backend "
-        f"{esc(r.data.get('backend', '?'))}, model {esc(r.data.get('model_id', '?'))}, "
-        f"{esc(r.data.get('num_prompts', '?'))} prompts at {esc(r.data.get('request_rate'))} "
-        f"req/s, date {esc(r.data.get('date', '?'))}</li>" for r in results)
-    figs = "".join(
-        f"<h3>{esc(title)}</h3><img alt='{esc(title)}' src='data:image/png;base64,"
-        f"{base64.b64encode(png).decode()}'>" for title, png in figures(results))
-    return (
-        "<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'>"
-        "<title>loopserve bench report</title>"
-        f"<style>{CSS}</style></head><body><h1>loopserve bench report</h1><ul>{runs}</ul>"
-        "<h2>Results</h2><p class='note'>Times in ms, as the result files give them "
-        "(`vllm bench serve`'s definitions, measured on the client).</p>"
-        + table(["result", *(c for c, _ in COLUMNS)], rows)
-        + f"<h2>Figures</h2>{figs}</body></html>\n")
+    """The whole page (``templates/bench.html.j2``); images embedded, nothing fetched."""
+    table = Table(["result", *(c for c, _ in COLUMNS)],
+                  [[r.label] + [_cell(r.data.get(key)) for _, key in COLUMNS] for r in results])
+    return render("bench.html.j2", results=results, results_table=table,
+                  figures=figures(results))

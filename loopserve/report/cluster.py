@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from loopserve.outputs.rundata import RunData
-from loopserve.report.markup import esc, num, table
+from loopserve.report.sections import Table, num
 from loopserve.runs.metrics import metric
 
 RATE_KEY = "workload.request_rate"
@@ -131,27 +131,30 @@ def headlines(cfgs: Sequence[Config], slo: dict[str, Any]) -> list[str]:
 def _cap_text(c: Config, slo: dict[str, Any]) -> str:
     cap = c.capacity(slo)
     if cap is None:
-        return f"&lt; {min(c.by_rate):g} req/s"
-    return f"&gt;= {cap:g} req/s" if cap == max(c.by_rate) else f"{cap:g} req/s"
+        return f"< {min(c.by_rate):g} req/s"
+    return f">= {cap:g} req/s" if cap == max(c.by_rate) else f"{cap:g} req/s"
 
 
-def cluster_section(runs: Sequence[RunData]) -> str:
-    """The section's HTML; empty when no run has a cluster."""
-    parts = []
+def cluster_runs(runs: Sequence[RunData]) -> list[dict[str, Any]]:
+    """Per run with a cluster: its label, headlines and the table of its configurations at
+    each rate; empty when no run has a cluster."""
+    out = []
     for run in runs:
         cfgs = configs(run)
         if not cfgs:
             continue
         slo = run.scenario.get("slo") or {}
-        rows = []
+        table = Table(["configuration", "GPUs", "req/s", "ITL p99 (ms)", "TTFT p99 (ms)",
+                       "TTFT p99 queue / prefill / transfer (ms)", "output tok/s per GPU",
+                       "mean utilisation", "load imbalance", "SLO", "capacity"])
         for c in cfgs:
             cap = _cap_text(c, slo) if slo else "–"
             for rate in sorted(c.by_rate):
                 m = c.by_rate[rate]
                 util = [v for v in (m.get("replica_utilisation") or {}).values()
                         if isinstance(v, int | float)]
-                rows.append([
-                    esc(c.label), str(c.num_gpus), f"{rate:g}",
+                table.rows.append([
+                    c.label, str(c.num_gpus), f"{rate:g}",
                     num(metric(m, "itl_ms", "p99")), num(metric(m, "ttft_ms", "p99")),
                     " / ".join(num(metric(m, k, "p99"), 3) for k in
                                ("ttft_queue_ms", "ttft_prefill_ms", "ttft_transfer_ms")),
@@ -160,15 +163,5 @@ def cluster_section(runs: Sequence[RunData]) -> str:
                     num(metric(m, "load_imbalance"), 3),
                     ("met" if c.meets(rate, slo) else "missed") if slo else "–", cap,
                 ])
-        lines = "".join(f"<li>{h}</li>" for h in headlines(cfgs, slo))
-        parts.append(
-            f"<h3>{esc(run.label)}</h3><ul>{lines}</ul>"
-            + table(["configuration", "GPUs", "req/s", "ITL p99 (ms)", "TTFT p99 (ms)",
-                     "TTFT p99 queue / prefill / transfer (ms)", "output tok/s per GPU",
-                     "mean utilisation", "load imbalance", "SLO", "capacity"], rows))
-    if not parts:
-        return ""
-    return ("<h2>Cluster configurations</h2><p class='note'>Medians over repeats per "
-            "configuration and request rate (the whole cluster's); capacity: the highest "
-            "swept rate up to which every rate meets the SLO. The TTFT split's p99s are of "
-            "each part on its own. docs/cluster.md explains the model.</p>" + "".join(parts))
+        out.append({"label": run.label, "headlines": headlines(cfgs, slo), "table": table})
+    return out

@@ -1,11 +1,12 @@
 """report.html: one self-contained page (inline CSS, PNGs as base64) for one or more runs.
 
-Sections: the runs (with the resolved cost model), a headline per sweep point, per-arm
-medians at the reference point (with spreads), arm ratios, which option is better on which
-metric (from the medians), the cluster configurations (runs with a cluster), the prefix cache
-(runs with it on), validity with reasons, the figures, ITL percentiles to p99.9, every sweep
-point, a glossary, and the resolved scenario. With several runs (e.g. sim and cpu) the tables
-gain a run column and the figures overlay the runs.
+``templates/report.html.j2`` is the page: the runs (with the resolved cost model), a headline
+per sweep point, the cluster configurations (runs with a cluster), per-arm medians at the
+reference point (with spreads), arm ratios, which option is better on which metric, the
+prefix cache (runs with it on), validity with reasons, the figures, ITL percentiles to p99.9,
+every sweep point, a glossary and the resolved scenario. ``sections`` gives the tables,
+``figures`` and ``timeline`` the figures. With several runs (e.g. sim and cpu) the tables gain
+a run column and the figures overlay the runs.
 """
 
 from __future__ import annotations
@@ -17,24 +18,26 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import jinja2
 import yaml
 
 from loopserve.outputs.rundata import RunData
-from loopserve.report.exits import exit_depth_figure
-from loopserve.report.glossary import glossary_section
-from loopserve.report.headline import headline_section
-from loopserve.report.itl import itl_tail_figure, itl_tail_section
-from loopserve.report.markup import CSS, esc
-from loopserve.report.plots import png_bytes, sweep_figure, swept_fields, ttft_figure
-from loopserve.report.sections import (
-    medians_section,
-    points_section,
-    prefix_section,
-    ratios_section,
-    validity_section,
-    verdict_section,
-)
+from loopserve.report import sections
+from loopserve.report.compare import swept_fields
+from loopserve.report.figures import exit_depth_figure, itl_tail_figure, sweep_figure, ttft_figure
+from loopserve.report.style import png_bytes
 from loopserve.report.timeline import timeline_figure
+
+TEMPLATES = jinja2.Environment(
+    loader=jinja2.PackageLoader("loopserve.report"), autoescape=True,
+    undefined=jinja2.StrictUndefined, trim_blocks=True, lstrip_blocks=True)
+TEMPLATES.filters["b64"] = lambda png: base64.b64encode(png).decode()
+TEMPLATES.tests["cell"] = lambda x: isinstance(x, sections.Cell)
+
+
+def render(template: str, **context: Any) -> str:
+    """One of ``templates/`` rendered with ``context``, ending in a newline."""
+    return TEMPLATES.get_template(template).render(**context) + "\n"
 
 
 @dataclass(frozen=True)
@@ -92,68 +95,43 @@ def cost_model_text(summary: Any) -> str:
     return ", ".join(parts)
 
 
-def _cost_words(summary: Any, cost: Any, scenario: Any) -> str:
-    """The header's cost model: the resolved one, else what the scenario asked for."""
-    text = cost_model_text(summary)
-    if text == "unknown":
-        text += (f" (scenario: {cost.get('kind')}, hardware {scenario.get('hardware')})")
-    return f"cost model: <b>{esc(text)}</b>"
-
-
-def _exit_note(env: dict[str, Any]) -> str:
-    """The warning a run whose adaptive exits no measured profile drove carries (env.json's
-    ``exit_model`` notes, ``loopserve.runs.exit_source``)."""
+def _run_header(run: RunData) -> dict[str, Any]:
+    """One run's line at the top: target, model, cost model (the resolved one, else what the
+    scenario asked for), arms, size, the attention backend of a real target, provenance, and
+    the note of a run whose adaptive exits no measured profile drove (env.json's
+    ``exit_model``, ``loopserve.runs.exit_source``)."""
+    s, env = run.scenario, run.env
+    git = env.get("git", {})
+    cost = cost_model_text(run.summary)
+    if cost == "unknown":
+        cost += f" (scenario: {s.get('cost', {}).get('kind')}, hardware {s.get('hardware')})"
     models = env.get("exit_model") or {}
     notes = {m.get("note") for m in models.values() if isinstance(m, dict) and m.get("note")}
-    return "".join(f"<br><b>note:</b> {esc(n)}" for n in sorted(notes))
+    return {"label": run.label, "target": run.target, "model": s.get("model"), "cost": cost,
+            "arms": ", ".join(run.arms), "num_points": len(run.points),
+            "repeats": s.get("repeats", 1), "runner": env.get("runner"),
+            "run_id": env.get("run_id", run.path.name), "started_at": env.get("started_at", "?"),
+            "commit": (git.get("commit") or "?")[:12], "dirty": bool(git.get("dirty")),
+            "notes": sorted(notes)}
 
 
-def _runs_header(runs: Sequence[RunData]) -> str:
-    items = []
-    for run in runs:
-        s, env = run.scenario, run.env
-        git = env.get("git", {})
-        cost = s.get("cost", {})
-        real = env.get("runner")  # real targets: the attention backend that ran
-        engine = (f"attention {esc(real.get('attention_backend'))}, {esc(real.get('dtype'))}; "
-                  if real else "")
-        items.append(
-            f"<li><b>{esc(run.label)}</b>: target <b>{esc(run.target)}</b>, model "
-            f"{esc(s.get('model'))}, {_cost_words(run.summary, cost, s)}, "
-            f"arms {esc(', '.join(run.arms))}, "
-            f"{len(run.points)} point(s) x {esc(s.get('repeats', 1))} repeat(s); {engine}"
-            f"run {esc(env.get('run_id', run.path.name))} at {esc(env.get('started_at', '?'))}, "
-            f"commit {esc((git.get('commit') or '?')[:12])}{' (dirty)' if git.get('dirty') else ''}"
-            f"{_exit_note(env)}</li>")
-    return "<ul>" + "".join(items) + "</ul>"
+def _cluster(runs: Sequence[RunData]) -> list[dict[str, Any]]:
+    # Only cluster runs have the section; its module loads for them.
+    if not any("num_replicas" in m for run in runs for m in run.summary["medians"]):
+        return []
+    from loopserve.report.cluster import cluster_runs
+
+    return cluster_runs(runs)
 
 
 def render_html(runs: Sequence[RunData], figs: Sequence[FigureFile]) -> str:
     """The whole page; images embedded, nothing fetched."""
-    names = ", ".join(dict.fromkeys(run.name for run in runs))
-    fig_html = "".join(
-        f"<h3>{esc(f.title)}</h3><img alt='{esc(f.title)}' src='data:image/png;base64,"
-        f"{base64.b64encode(f.png).decode()}'>" for f in figs)
-    scenarios = "".join(
-        f"<h3>{esc(run.label)}</h3><pre>{esc(yaml.safe_dump(run.scenario, sort_keys=False))}</pre>"
-        f"<details><summary>env.json</summary><pre>{esc(json.dumps(run.env, indent=2))}</pre>"
-        "</details>" for run in runs)
-    return (
-        "<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'>"
-        f"<title>loopserve report: {esc(names)}</title><style>{CSS}</style></head><body>"
-        f"<h1>loopserve report: {esc(names)}</h1>{_runs_header(runs)}"
-        f"{headline_section(runs)}{_cluster_section(runs)}"
-        f"{medians_section(runs)}{ratios_section(runs)}{verdict_section(runs)}"
-        f"{prefix_section(runs)}{validity_section(runs)}<h2>Figures</h2>{fig_html}"
-        f"{itl_tail_section(runs)}{points_section(runs)}{glossary_section()}"
-        f"<h2>Resolved scenario</h2>{scenarios}</body></html>\n"
-    )
-
-
-def _cluster_section(runs: Sequence[RunData]) -> str:
-    # Only cluster runs have the section; its module loads for them.
-    if not any("num_replicas" in m for run in runs for m in run.summary["medians"]):
-        return ""
-    from loopserve.report.cluster import cluster_section
-
-    return cluster_section(runs)
+    return render(
+        "report.html.j2", names=", ".join(dict.fromkeys(run.name for run in runs)),
+        header=[_run_header(run) for run in runs], headlines=sections.headlines(runs),
+        cluster=_cluster(runs), medians=sections.medians(runs), ratios=sections.ratios(runs),
+        verdicts=sections.verdicts(runs), prefix=sections.prefix_cache(runs),
+        validity=sections.validity(runs), figures=figs, itl_tail=sections.itl_tail(runs),
+        points=sections.sweep_points(runs),
+        scenarios=[{"label": run.label, "yaml": yaml.safe_dump(run.scenario, sort_keys=False),
+                    "env": json.dumps(run.env, indent=2)} for run in runs])

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 
-import matplotlib.pyplot as plt
 import pandas as pd
 from matplotlib.artist import Artist
 from matplotlib.axes import Axes
@@ -19,7 +18,7 @@ from matplotlib.lines import Line2D
 from matplotlib.patches import Patch
 
 from loopserve.outputs.rundata import RunData
-from loopserve.report.plots import png_bytes  # noqa: F401  (selects the Agg backend first)
+from loopserve.report.style import plt
 
 KIND_COLORS = {
     "decode": "#4c9be8",

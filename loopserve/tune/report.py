@@ -12,7 +12,7 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
-from loopserve.report.plots import ARM_MARKERS, arm_color, png_bytes  # noqa: E402
+from loopserve.report.style import ARM_MARKERS, arm_color, png_bytes  # noqa: E402
 
 NUM_SHOWN = 5
 

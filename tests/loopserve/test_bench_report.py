@@ -19,8 +19,8 @@ from loopserve.report.bench import (
     ttft_box_figure,
     ttft_over_time_figure,
 )
-from loopserve.report.markup import num
-from loopserve.report.plots import plt
+from loopserve.report.sections import num
+from loopserve.report.style import plt
 
 
 @pytest.fixture(scope="module")

@@ -5,6 +5,7 @@ at that factor (a closed workload's timeline scales exactly)."""
 from __future__ import annotations
 
 import csv
+import html
 import json
 from pathlib import Path
 
@@ -56,8 +57,8 @@ def test_every_cost_term_scales(result: Path) -> None:  # noqa: F811
 
 def test_the_report_shows_the_errors_at_run_speed(result: Path) -> None:  # noqa: F811
     doc = json.loads((result / "fidelity.json").read_text())
-    html = (result / "report.html").read_text()
+    page = html.unescape((result / "report.html").read_text())
     ratio = doc["at_run_speed"]["step_time_ratio"]
-    assert f"error at the runs' own speed (profile x{ratio:.3f}; diagnostic)" in html
+    assert f"error at the runs' own speed (profile x{ratio:.3f}; diagnostic)" in page
     err = doc["at_run_speed"]["arms"]["mixed"]["itl_p50_ms"]["rel_error"]
-    assert f"<td>{100 * err:+.1f}%</td></tr>" in html
+    assert f"<td>{100 * err:+.1f}%</td></tr>" in page

@@ -12,9 +12,9 @@ import pytest
 from engine.core.results import RecurrentResult
 from engine.core.shapes import TINY
 from engine.llm import build_runner
-from loopserve.calibrate.adaptive_costs import with_signals
+from loopserve.calibrate.adaptive_costs import with_signals, without_signals
 from loopserve.calibrate.measure import CalibrationRig, config_for
-from loopserve.calibrate.readback import measure_readback, readback_shapes, without_signals
+from loopserve.calibrate.readback import measure_readback, readback_shapes
 
 
 @pytest.fixture(scope="module")

@@ -10,7 +10,7 @@ from typing import Any
 import pandas as pd
 
 from loopserve.outputs.rundata import RunData
-from loopserve.report.cluster import cluster_section, configs, headlines
+from loopserve.report.cluster import cluster_runs, configs, headlines
 
 EMPTY = pd.DataFrame()
 SLO = {"itl_p99_ms": 10.0, "ttft_p99_ms": 200.0}
@@ -54,7 +54,7 @@ def test_configurations_capacity_and_headline() -> None:
     assert lines[1] == ("at 8 req/s: pd cuts ITL p99 by 25% against four (mixed) at 0.95x "
                         "output tok/s per GPU; TTFT p99 +567%")
     assert lines[2] == ("capacity under the SLO (swept rates): four (atomic) 4 req/s, "
-                        "four (mixed) &gt;= 8 req/s, pd 4 req/s")  # 8: the sweep's top
+                        "four (mixed) >= 8 req/s, pd 4 req/s")  # 8: the sweep's top
 
 
 def test_disaggregated_arms_that_differ_are_shown_apart_and_invalid_misses() -> None:
@@ -70,6 +70,6 @@ def test_disaggregated_arms_that_differ_are_shown_apart_and_invalid_misses() -> 
 
 def test_no_cluster_no_section() -> None:
     plain = {"arm": "atomic", "point_id": 0, "itl_ms": {"p99": 1.0}}
-    assert cluster_section([run_of([plain], [{"point_id": 0, "values": {}}])]) == ""
-    html = cluster_section([run_of([med(0, "atomic", 5.0, 50.0, 100.0)], POINTS)])
-    assert "Cluster configurations" in html and "four (atomic)" in html
+    assert cluster_runs([run_of([plain], [{"point_id": 0, "values": {}}])]) == []
+    (section,) = cluster_runs([run_of([med(0, "atomic", 5.0, 50.0, 100.0)], POINTS)])
+    assert [row[0] for row in section["table"].rows] == ["four (atomic)"]

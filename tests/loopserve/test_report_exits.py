@@ -13,7 +13,7 @@ import pytest
 
 from loopserve.cli import main
 from loopserve.outputs.rundata import load_run
-from loopserve.report.exits import exit_depth_figure, mean_loops, run_exit_counts
+from loopserve.report.figures import exit_depth_figure, mean_loops, run_exit_counts
 from tests.scenario_fixtures import tiny, write_scenario
 
 ADAPTIVE = {"mode": "ouro", "exit_threshold": 0.5}

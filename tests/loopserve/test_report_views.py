@@ -15,11 +15,11 @@ from matplotlib.axes import Axes
 
 from loopserve.cli import main
 from loopserve.outputs.rundata import RunData
-from loopserve.report.headline import point_headline
-from loopserve.report.itl import itl_tail_figure, log_ticks
+from loopserve.report.compare import point_headline
+from loopserve.report.figures import itl_tail_figure, sweep_figure
 from loopserve.report.page import cost_model_text
-from loopserve.report.plots import slo_lines, sweep_figure
 from loopserve.report.sections import spread_of
+from loopserve.report.style import log_ticks, slo_lines
 from tests.scenario_fixtures import tiny, write_scenario
 
 EMPTY = pd.DataFrame()
