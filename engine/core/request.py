@@ -153,6 +153,9 @@ class Request:
     block_hashes: list[bytes] = field(default_factory=list)
     num_cached_tokens: int = 0
     prompt_item: PromptItem | None = None
+    # The wavefront arm's chunks in flight (started, not finalized), in chunk order; their
+    # depths strictly decrease. The other arms keep their one chunk in ``prompt_item``.
+    prompt_chunks: list[PromptItem] = field(default_factory=list)
     loops_done: int = 0
     # RoPE position of the token now in the loop (decode) or the next prompt token (prefill);
     # kept as a field because the scheduler reads it for every row of every step.
