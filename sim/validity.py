@@ -3,8 +3,8 @@
 Two rules: an injected request must find a free slot and enough free KV blocks for its
 lifetime when it is submitted (checked by the driver at submission, see
 ``injection_problem``), and a run of a mixing arm (mixed, wavefront) must form at least one
-mixed core call (``check``), unless its cluster is disaggregated: there no replica sees prompts and decode
-rows together, so the arm has nothing to mix.
+mixed core call (``check``), unless its cluster is disaggregated: there no replica sees
+prompts and decode rows together, so the arm has nothing to mix.
 """
 
 from __future__ import annotations
