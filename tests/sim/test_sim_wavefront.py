@@ -67,6 +67,12 @@ def test_lone_prompt_core_calls_match_the_hand_count(kind: str) -> None:
     assert (mixed, wave) == (32 * 4, 32 + 4 - 1)
     steps = [s for s in rec.steps if s.stage == "RECURRENT"]
     assert max(s.num_prompt_items for s in steps) == 4  # the wavefront: four chunks at once
+    # the steps table records it: 1, 2, 3, then 4 chunks of the one prompt, and back down
+    # (the decode requests' own short prompts ran in the first steps)
+    per_request = [s.max_prompt_items_per_request for s in steps if s.num_prompt_items]
+    assert per_request[-36:] == [1] + [1, 2, 3] + [4] * 29 + [3, 2, 1]
+    mixed_steps = lone_prompt_run("mixed", 64, 512, kind)[0].steps
+    assert {s.max_prompt_items_per_request for s in mixed_steps if s.num_prompt_items} == {1}
 
 
 def test_lone_prompt_ttft_on_the_h200_roofline() -> None:
