@@ -26,7 +26,6 @@ from engine.core.prompt_state import PromptStateHandles
 from engine.core.request import Request, SamplingParams, Stage, TokenLogprobs, frozen_ids
 from engine.core.results import CodaResult, RecurrentResult, StepResult, TokenEvent, result_matches
 from engine.core.scheduler import Scheduler
-from engine.core.wavefront import advance_chunk, release_chunks
 
 
 class EngineCore:
@@ -237,7 +236,9 @@ class EngineCore:
         self.scheduler.requeue(req)
 
     def _apply_prompt(self, req: Request, item: ScheduledItem) -> None:
-        if req.prompt_chunks:  # the wavefront arm
+        if req.prompt_chunks:  # the wavefront arm (loaded only by its runs)
+            from engine.core.wavefront import advance_chunk
+
             if advance_chunk(self.scheduler, req, item):
                 self._prompt_done(req)
             return
@@ -300,6 +301,8 @@ class EngineCore:
             self.prompt_states.release(req.prompt_item.state)
             req.prompt_item = None
         if req.prompt_chunks:
+            from engine.core.wavefront import release_chunks
+
             release_chunks(self.scheduler, req)
         key = (req.request_id, req.generation)
         if self.block_manager.holds(key):
