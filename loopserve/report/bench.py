@@ -27,7 +27,7 @@ from loopserve.report.itl import fix_log_x, plain_number
 from loopserve.report.markup import CSS, esc, num, table
 from loopserve.report.plots import ARM_COLORS, plain_log, plt, png_bytes
 
-COLORS = (*ARM_COLORS.values(), "#009e73", "#cc79a7", "#56b4e9", "#555555")
+COLORS = (*ARM_COLORS.values(), "#cc79a7", "#56b4e9", "#555555")
 REQUIRED = ("completed", "failed", "duration")
 COLUMNS = (("completed", "completed"), ("failed", "failed"), ("duration s", "duration"),
            ("req/s", "request_throughput"), ("out tok/s", "output_throughput"),

@@ -40,7 +40,8 @@ DESCRIPTIVE: tuple[tuple[str, str | None, str, bool], ...] = (
     ("prompt_token_loops_per_decode_gap", "p99", "prompt token-loops/decode gap p99", False),
 )
 TIE_REL = 0.005  # within 0.5%: neither is better
-ARM_PAIRS = (("mixed", "atomic"), ("mixed", "per_depth"), ("per_depth", "atomic"))
+ARM_PAIRS = (("mixed", "atomic"), ("mixed", "per_depth"), ("per_depth", "atomic"),
+             ("wavefront", "mixed"))
 
 
 def arm_ratios(run: RunData, point_id: int) -> list[dict[str, Any]]:

@@ -15,10 +15,12 @@ GLOSSARY: tuple[tuple[str, str], ...] = (
      "applies the LM head to the final hidden state and samples the next token."),
     ("token-loops", "Prompt work done: prompt tokens x D (a prompt token needs all D loops). "
      "Prompt token-loops/s is that over the run's span."),
-    ("arms", "The three schedulers compared on the same workload: atomic (A0: a prompt chunk "
+    ("arms", "The four schedulers compared on the same workload: atomic (A0: a prompt chunk "
      "runs all D loops in one step), per_depth (A1: one loop per step, in prompt-only "
-     "batches), mixed (A2: prompt rows ride in the decode core calls)."),
-    ("mixed calls", "Core calls that carried decode and prompt rows together (mixed arm only)."),
+     "batches), mixed (A2: prompt rows ride in the decode core calls), wavefront (A3: as "
+     "mixed, with several chunks of one prompt in flight at different depths)."),
+    ("mixed calls", "Core calls that carried decode and prompt rows together (mixed and "
+     "wavefront arms only)."),
     ("TTFT", "Time to first token: first token time - arrival time, per request."),
     ("ITL", "Inter-token latency: every gap between consecutive output tokens of a request, "
      "pooled over requests (vLLM's definition); its p99 is what a streaming user feels."),
