@@ -105,7 +105,7 @@ class ModelRunner:
         planes = cfg.cache.num_planes(cfg.model.num_depths)
         self._tables = DeviceBlockTables(sched.max_num_seqs * planes, 64, self.device)
         self.prompt_states = PromptStateBuffers(
-            sched.max_num_seqs, sched.effective_chunk_size, hidden, self.device, self.dtype
+            cfg.max_prompt_states, sched.effective_chunk_size, hidden, self.device, self.dtype
         )
         self.decode_states = DecodeStateBuffers(sched.max_num_seqs, hidden, self.device, self.dtype)
         self.graphs: CallGraphs | None = build_call_graphs(

@@ -1,8 +1,10 @@
 """Runner-owned hidden-state storage behind the core's opaque handles.
 
-``PromptStateBuffers``: one slot of [prefill_chunk_size, hidden] per live prompt item, bounded by
-max_num_seqs (RFC §1). ``DecodeStateBuffers``: each running request's one-row hidden state.
-Both map ids to preallocated slots, so a step gathers and scatters with one indexed op.
+``PromptStateBuffers``: one slot of [prefill_chunk_size, hidden] per live prompt item, bounded
+by ``EngineConfig.max_prompt_states`` (RFC §1: max_num_seqs, times the chunks one request may
+have in flight under the wavefront arm). ``DecodeStateBuffers``: each running request's
+one-row hidden state. Both map ids to preallocated slots, so a step gathers and scatters with
+one indexed op.
 """
 
 from __future__ import annotations
@@ -34,12 +36,12 @@ class PromptStateBuffers:
     """
 
     def __init__(
-        self, max_num_seqs: int, max_tokens: int, hidden_size: int,
+        self, num_slots: int, max_tokens: int, hidden_size: int,
         device: torch.device | str, dtype: torch.dtype,
     ) -> None:
         self.max_tokens = max_tokens
-        self.hidden = torch.zeros(max_num_seqs, max_tokens, hidden_size, device=device, dtype=dtype)
-        self._slots = _Slots(max_num_seqs, "prompt-state pool")
+        self.hidden = torch.zeros(num_slots, max_tokens, hidden_size, device=device, dtype=dtype)
+        self._slots = _Slots(num_slots, "prompt-state pool")
         self._by_handle: dict[int, int] = {}
 
     @property

@@ -1,10 +1,10 @@
-"""The scheduling arms: their names and aliases, the default, and what the mixed arm rejects."""
+"""The scheduling arms: their names and aliases, the default, and what the mixing arms reject."""
 
 from __future__ import annotations
 
 from typing import Literal
 
-Arm = Literal["atomic", "per_depth", "mixed"]
+Arm = Literal["atomic", "per_depth", "mixed", "wavefront"]
 ARM_ALIASES: dict[str, Arm] = {
     "atomic": "atomic",
     "a0": "atomic",
@@ -12,7 +12,12 @@ ARM_ALIASES: dict[str, Arm] = {
     "a1": "per_depth",
     "mixed": "mixed",
     "a2": "mixed",
+    "wavefront": "wavefront",
+    "a3": "wavefront",
 }
+ARMS: tuple[Arm, ...] = ("atomic", "per_depth", "mixed", "wavefront")
+# The arms whose recurrent core calls mix decode rows with prompt rows (the guard applies).
+MIXING_ARMS: frozenset[str] = frozenset({"mixed", "wavefront"})
 
 
 # The product default arm (RFC §2's mixed batching), used by SchedulerConfig, LLM(...),
@@ -21,17 +26,17 @@ DEFAULT_ARM: Arm = "mixed"
 
 
 def resolve_arm(name: str) -> Arm:
-    """Map an arm name or alias (A0/A1/A2, any case) to its canonical name."""
+    """Map an arm name or alias (A0/A1/A2/A3, any case) to its canonical name."""
     arm = ARM_ALIASES.get(str(name).lower())
     if arm is None:
         raise ValueError(
-            f"scheduler.arm: unknown arm {name!r}; use one of atomic|per_depth|mixed "
-            "(aliases A0|A1|A2)"
+            f"scheduler.arm: unknown arm {name!r}; use one of atomic|per_depth|mixed|wavefront "
+            "(aliases A0|A1|A2|A3)"
         )
     return arm
 
 
-# Options a serving engine may offer that the mixed arm (RFC §5) rejects, with the reason.
+# Options a serving engine may offer that the mixing arms (RFC §5) reject, with the reason.
 MIXED_REJECTIONS: dict[str, str] = {
     "async_scheduling": "mixed batching needs a mixed-depth packed metadata path and event-based "
     "prompt-state lifetimes for async scheduling (RFC §4)",

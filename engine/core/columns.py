@@ -15,7 +15,14 @@ from collections.abc import Iterable, Iterator
 from typing import Any
 
 from engine.core.batch import Batch
-from engine.core.results import StepRecord, TokenEvent, rfc_readbacks, stage_name, step_kind
+from engine.core.results import (
+    StepRecord,
+    TokenEvent,
+    max_prompt_items_per_request,
+    rfc_readbacks,
+    stage_name,
+    step_kind,
+)
 
 
 class Strings:
@@ -94,6 +101,7 @@ class StepTable(RowTable):
         self.depths = array("i")
         self.mixed = array("b")
         self.num_readbacks = array("i")
+        self.max_prompt_items_per_request = array("i")
         self.strings = Strings()
 
     @staticmethod
@@ -105,7 +113,7 @@ class StepTable(RowTable):
     def append(self, r: StepRecord) -> None:
         self._add(r.step, r.start_s, r.end_s, r.stage, r.kind, r.core_calls, r.num_decode_items,
                   r.num_prompt_items, r.num_prompt_tokens, r.num_fused_prelude_items, r.depths,
-                  r.mixed, r.num_readbacks)
+                  r.mixed, r.num_readbacks, r.max_prompt_items_per_request)
 
     def add_batch(self, batch: Batch, start_s: float, end_s: float, depths: str,
                   num_readbacks: int | None = None) -> None:
@@ -115,12 +123,13 @@ class StepTable(RowTable):
                   batch.num_core_calls, batch.num_decode_items, batch.num_prompt_items,
                   batch.num_prompt_tokens, batch.num_fused_prelude_items, depths,
                   batch.is_mixed,
-                  rfc_readbacks(batch) if num_readbacks is None else num_readbacks)
+                  rfc_readbacks(batch) if num_readbacks is None else num_readbacks,
+                  max_prompt_items_per_request(batch))
 
     def _add(self, step: int, start_s: float, end_s: float, stage: str, kind: str,
              core_calls: int, num_decode_items: int, num_prompt_items: int,
              num_prompt_tokens: int, num_fused_prelude_items: int, depths: str,
-             mixed: bool, num_readbacks: int) -> None:
+             mixed: bool, num_readbacks: int, max_prompt_items_per_request: int) -> None:
         codes = self.strings
         self.step.append(step)
         self.start_s.append(start_s)
@@ -135,6 +144,7 @@ class StepTable(RowTable):
         self.depths.append(codes.code(depths))
         self.mixed.append(1 if mixed else 0)
         self.num_readbacks.append(num_readbacks)
+        self.max_prompt_items_per_request.append(max_prompt_items_per_request)
 
     def __len__(self) -> int:
         return len(self.step)
@@ -147,7 +157,7 @@ class StepTable(RowTable):
             self.step[i], self.start_s[i], self.end_s[i], s[self.stage[i]], s[self.kind[i]],
             self.core_calls[i], self.num_decode_items[i], self.num_prompt_items[i],
             self.num_prompt_tokens[i], self.num_fused_prelude_items[i], s[self.depths[i]],
-            bool(self.mixed[i]), self.num_readbacks[i],
+            bool(self.mixed[i]), self.num_readbacks[i], self.max_prompt_items_per_request[i],
         )
 
 

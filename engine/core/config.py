@@ -12,6 +12,7 @@ from typing import Literal
 from engine.core.arms import ARM_ALIASES as ARM_ALIASES
 from engine.core.arms import DEFAULT_ARM as DEFAULT_ARM
 from engine.core.arms import MIXED_REJECTIONS as MIXED_REJECTIONS
+from engine.core.arms import MIXING_ARMS as MIXING_ARMS
 from engine.core.arms import NOT_OFFERED as NOT_OFFERED
 from engine.core.arms import Arm as Arm
 from engine.core.arms import resolve_arm as resolve_arm
@@ -211,9 +212,9 @@ class SchedulerConfig:
             )
         for name in NOT_OFFERED:
             if getattr(self, name):
-                if self.arm == "mixed":
+                if self.arm in MIXING_ARMS:
                     raise ValueError(
-                        f"scheduler.{name}: not supported with the mixed arm: "
+                        f"scheduler.{name}: not supported with the {self.arm} arm: "
                         f"{MIXED_REJECTIONS[name]}; set {name}: false"
                     )
                 raise ValueError(
@@ -233,7 +234,7 @@ class SchedulerConfig:
             self.max_num_batched_tokens,
         )
         derivable = self.chunk_policy == "derive" and budget - seqs + 1 >= 1
-        if self.arm != "mixed":
+        if self.arm not in MIXING_ARMS:
             # derive: the chunk the mixed arm would run, so every arm runs the same one
             if derivable and chunk + seqs - 1 > budget:
                 return budget - seqs + 1
@@ -248,11 +249,22 @@ class SchedulerConfig:
         if derivable:
             return budget - seqs + 1
         raise ValueError(
-            f"scheduler.max_num_batched_tokens: the mixed arm needs prefill_chunk_size + "
+            f"scheduler.max_num_batched_tokens: the {self.arm} arm needs prefill_chunk_size + "
             f"max_num_seqs - 1 <= max_num_batched_tokens, got {chunk} + {seqs} - 1 > {budget}; "
             f"set max_num_batched_tokens >= {chunk + seqs - 1} (e.g. "
             f"{_round_up_pow2(chunk + seqs - 1)})"
         )
+
+
+    def max_chunks_in_flight(self, num_depths: int) -> int:
+        """The most prompt chunks one request holds hidden state for at once: one outside
+        the wavefront arm. Under it the chunks in flight sit at distinct depths (at most
+        ``num_depths``), and a new chunk starts only in a step that also advances every
+        earlier chunk in flight, all full chunks but the prompt's last, within the budget."""
+        if self.arm != "wavefront":
+            return 1
+        per_step = (self.max_num_batched_tokens - 1) // self.effective_chunk_size + 1
+        return min(num_depths, per_step)
 
 
 def _round_up_pow2(n: int) -> int:
@@ -279,3 +291,10 @@ class EngineConfig:
     @property
     def num_depths(self) -> int:
         return self.model.num_depths
+
+    @property
+    def max_prompt_states(self) -> int:
+        """The memory bound on prompt state (RFC §1): hidden states of
+        ``effective_chunk_size`` rows alive at once, one per request's in-flight chunk."""
+        s = self.scheduler
+        return s.max_num_seqs * s.max_chunks_in_flight(self.model.num_depths)

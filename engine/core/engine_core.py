@@ -42,7 +42,7 @@ class EngineCore:
         self.cfg = cfg
         self.num_depths = cfg.model.num_depths
         self.block_manager = BlockManager(cfg.cache, self.num_depths)
-        self.prompt_states = PromptStateHandles(cfg.scheduler.max_num_seqs)
+        self.prompt_states = PromptStateHandles(cfg.max_prompt_states)
         self.scheduler = Scheduler(
             cfg, self.block_manager, self.prompt_states, make_policy(cfg.scheduler.arm)
         )
@@ -243,6 +243,12 @@ class EngineCore:
         self.scheduler.requeue(req)
 
     def _apply_prompt(self, req: Request, item: ScheduledItem) -> None:
+        if req.prompt_chunks:  # the wavefront arm (loaded only by its runs)
+            from engine.core.wavefront import advance_chunk
+
+            if advance_chunk(self.scheduler, req, item):
+                self._prompt_done(req)
+            return
         key = (req.request_id, req.generation)
         end = item.position + item.num_tokens
         last_depth = item.depth + item.num_depths
@@ -266,8 +272,11 @@ class EngineCore:
         if end < req.num_prompt_tokens:
             self.scheduler.next_chunk(req)
             return
+        self._prompt_done(req)
+
+    def _prompt_done(self, req: Request) -> None:
         req.num_depths_done = self.num_depths
-        req.position = end - 1  # CODA samples from the last prompt position
+        req.position = req.num_prompt_tokens - 1  # CODA samples from the last prompt position
         req.stage = Stage.CODA
         self.scheduler.requeue(req)
 
@@ -298,6 +307,10 @@ class EngineCore:
         if req.prompt_item is not None and req.prompt_item.state is not None:
             self.prompt_states.release(req.prompt_item.state)
             req.prompt_item = None
+        if req.prompt_chunks:
+            from engine.core.wavefront import release_chunks
+
+            release_chunks(self.scheduler, req)
         key = (req.request_id, req.generation)
         if self.block_manager.holds(key):
             self.block_manager.free(key)

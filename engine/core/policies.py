@@ -1,4 +1,4 @@
-"""The three arms (docs/design.md). A policy picks one batch's stage and items per step
+"""The four arms (docs/design.md). A policy picks one batch's stage and items per step
 (``engine.core.scheduler.Policy``); ``Scheduler.schedule`` calls it."""
 
 from __future__ import annotations
@@ -75,10 +75,33 @@ class MixedPolicy:
         return (Stage.RECURRENT, items) if items else None
 
 
+class WavefrontPolicy:
+    """A3: mixed batching where a request may hold several prompt items at once, at
+    different depths (``engine.core.wavefront``): decode items first, then ready (chunk,
+    depth) items in admission order and chunk order, while they fit the token budget."""
+
+    def __init__(self) -> None:
+        from engine.core import wavefront  # loaded only by the wavefront arm's runs
+
+        self._take_chunks = wavefront.take_chunks
+
+    def select(self, s: Scheduler) -> Selection | None:
+        if s.prelude:
+            return Stage.PRELUDE, s.take_prelude()
+        if s.coda_ready():
+            return Stage.CODA, s.take_coda()
+        s.admit()
+        budget = s.sched.max_num_batched_tokens
+        items = s.take_decode(budget)
+        items += self._take_chunks(s, budget - len(items))
+        return (Stage.RECURRENT, items) if items else None
+
+
 def make_policy(arm: str) -> Policy:
-    policies: dict[str, type[AtomicPolicy] | type[PerDepthPolicy] | type[MixedPolicy]] = {
+    policies: dict[str, type[Policy]] = {
         "atomic": AtomicPolicy,
         "per_depth": PerDepthPolicy,
         "mixed": MixedPolicy,
+        "wavefront": WavefrontPolicy,
     }
     return policies[arm]()

@@ -174,6 +174,9 @@ class Request:
     block_hashes: list[bytes] = field(default_factory=list)
     num_cached_tokens: int = 0
     prompt_item: PromptItem | None = None
+    # The wavefront arm's chunks in flight (started, not finalized), in chunk order; their
+    # depths strictly decrease. The other arms keep their one chunk in ``prompt_item``.
+    prompt_chunks: list[PromptItem] = field(default_factory=list)
     # Depths the current token has run: the next decode depth (zero-based), D once done.
     num_depths_done: int = 0
     # RoPE position of the token now in the loop (decode) or the next prompt token (prefill);

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from engine.core.batch import Batch
+from engine.core.batch import Batch, ItemKind
 from engine.core.request import Stage, TokenLogprobs
 
 # The classes below are built once per step or per token: their __init__ is written out
@@ -95,11 +95,13 @@ class StepRecord:
     depths: str
     mixed: bool
     num_readbacks: int  # device -> host readbacks: measured by a runner, else RFC §4's count
+    max_prompt_items_per_request: int  # above 1 only under the wavefront arm
 
     def __init__(
         self, step: int, start_s: float, end_s: float, stage: str, kind: str, core_calls: int,
         num_decode_items: int, num_prompt_items: int, num_prompt_tokens: int,
         num_fused_prelude_items: int, depths: str, mixed: bool, num_readbacks: int = 0,
+        max_prompt_items_per_request: int = 0,
     ) -> None:
         self.step = step
         self.start_s = start_s
@@ -114,6 +116,7 @@ class StepRecord:
         self.depths = depths
         self.mixed = mixed
         self.num_readbacks = num_readbacks
+        self.max_prompt_items_per_request = max_prompt_items_per_request
 
     @classmethod
     def from_batch(
@@ -130,7 +133,24 @@ class StepRecord:
             batch.num_core_calls, batch.num_decode_items, batch.num_prompt_items,
             batch.num_prompt_tokens, batch.num_fused_prelude_items, depths, batch.is_mixed,
             rfc_readbacks(batch) if num_readbacks is None else num_readbacks,
+            max_prompt_items_per_request(batch),
         )
+
+
+def max_prompt_items_per_request(batch: Batch) -> int:
+    """The most prompt items one request holds in ``batch``: one per request except under
+    the wavefront arm, whose items of one request sit next to each other."""
+    if batch.num_prompt_items < 2:
+        return batch.num_prompt_items
+    best = run = 0
+    prev = ""
+    for it in batch.items:
+        if it.kind is ItemKind.PROMPT:
+            run = run + 1 if it.request_id == prev else 1
+            prev = it.request_id
+            if run > best:
+                best = run
+    return best
 
 
 def rfc_readbacks(batch: Batch) -> int:

@@ -19,6 +19,7 @@ from engine.core.prompt_state import PromptStateHandles
 from engine.core.request import PromptItem, Request, RequestStatus, Stage
 
 Selection = tuple[Stage, list[ScheduledItem]]
+_ONE_ITEM_ARMS = frozenset({"per_depth", "mixed"})  # one PromptItem per request
 
 
 class Policy(Protocol):
@@ -34,7 +35,7 @@ class Policy(Protocol):
 
 class Scheduler:
     """Waiting and running requests, queues per stage, and the selection primitives shared
-    by all three arms; ``schedule`` asks the policy for the next batch's work."""
+    by the arms; ``schedule`` asks the policy for the next batch's work."""
 
     def __init__(
         self,
@@ -97,7 +98,7 @@ class Scheduler:
             self.enqueue_prefill(req)
 
     def next_chunk(self, req: Request) -> None:
-        """Queue a request's next prompt chunk (a new prompt item outside the atomic arm)."""
+        """Queue a request's next prompt chunk (a new prompt item under A1 and A2)."""
         if self.sched.arm != "atomic":
             self._new_prompt_item(req)
         self.enqueue_prefill(req)
@@ -129,7 +130,7 @@ class Scheduler:
             req.admitted_s = self._now
             self._next_admission += 1
             self.running[req.request_id] = req
-            if self.sched.arm != "atomic":
+            if self.sched.arm in _ONE_ITEM_ARMS:  # wavefront chunks start when scheduled
                 self._new_prompt_item(req)
             self.enqueue_prefill(req)
 

@@ -27,7 +27,7 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--scenario", help="scenario YAML whose scheduler/cache/exit/runner "
                    "settings the engine uses (default: the engine's defaults)")
     p.add_argument("--arm", default=DEFAULT_ARM,
-                   help=f"atomic | per_depth | mixed (default {DEFAULT_ARM})")
+                   help=f"atomic | per_depth | mixed | wavefront (default {DEFAULT_ARM})")
     p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
     p.add_argument("--port", default="8000", help="port (default 8000; 0 picks a free one)")
     p.add_argument("--max-waiting", default="1024",

@@ -31,7 +31,7 @@ STEPS_SCHEMA: Schema = RUN_KEY_SCHEMA + (
     ("kind", "text"), ("core_calls", "int"), ("num_decode_items", "int"),
     ("num_prompt_items", "int"), ("num_prompt_tokens", "int"),
     ("num_fused_prelude_items", "int"), ("depths", "text"), ("mixed", "bool"),
-    ("num_readbacks", "int"),
+    ("num_readbacks", "int"), ("max_prompt_items_per_request", "int"),
 )
 REQUESTS_SCHEMA: Schema = RUN_KEY_SCHEMA + (
     ("request_id", "text"), ("arrival_s", "float"), ("prompt_tokens", "int"),
@@ -112,6 +112,7 @@ def _steps(r: RunResult, info: ClusterInfo | None = None) -> Columns:
         # PRELUDE and CODA steps have no depths: an empty field, missing when read back
         "depths": Codes(_view(t.depths), [w or None for w in words]),
         "mixed": _view(t.mixed).astype(bool), "num_readbacks": _view(t.num_readbacks),
+        "max_prompt_items_per_request": _view(t.max_prompt_items_per_request),
         "replica": np.zeros(len(t), np.int64) if info is None else _view(info.step_replica),
     })
     return cols

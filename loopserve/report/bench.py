@@ -31,7 +31,7 @@ from loopserve.report.style import (
     tail_axes,
 )
 
-COLORS = (*ARM_COLORS.values(), "#009e73", "#cc79a7", "#56b4e9", "#555555")
+COLORS = (*ARM_COLORS.values(), "#cc79a7", "#56b4e9", "#555555")
 REQUIRED = ("completed", "failed", "duration")
 COLUMNS = (("completed", "completed"), ("failed", "failed"), ("duration s", "duration"),
            ("req/s", "request_throughput"), ("out tok/s", "output_throughput"),

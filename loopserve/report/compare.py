@@ -49,7 +49,8 @@ DESCRIPTIVE: tuple[tuple[str, str | None, str, bool], ...] = (
 )
 TIE_REL = 0.005  # within 0.5%: neither is better
 SAME_PCT = 0.5  # a headline change within 0.5% reads as "matches"
-ARM_PAIRS = (("mixed", "atomic"), ("mixed", "per_depth"), ("per_depth", "atomic"))
+ARM_PAIRS = (("mixed", "atomic"), ("mixed", "per_depth"), ("per_depth", "atomic"),
+             ("wavefront", "mixed"))
 # the headline's numbers: (summary key, sub-key, label)
 ITL_P99 = ("itl_ms", "p99", "ITL p99")
 OUTPUT = ("output_tok_s", None, "output tok/s")

@@ -32,8 +32,9 @@ from loopserve.outputs.rundata import RunData  # noqa: E402
 
 __all__ = ["plt"]
 
-ARM_COLORS = {"atomic": "#c0392b", "per_depth": "#e69f00", "mixed": "#0072b2"}
-ARM_MARKERS = {"atomic": "s", "per_depth": "^", "mixed": "o"}
+ARM_COLORS = {"atomic": "#c0392b", "per_depth": "#e69f00", "mixed": "#0072b2",
+              "wavefront": "#009e73"}
+ARM_MARKERS = {"atomic": "s", "per_depth": "^", "mixed": "o", "wavefront": "D"}
 RUN_STYLES = ("-", "--", ":", "-.")
 SLO_STYLES: tuple[Any, ...] = ("--", ":", "-.", (0, (6, 2, 1, 2)))
 _PLAIN = FuncFormatter(lambda v, _pos: f"{v:g}")

@@ -183,7 +183,8 @@ def device_bytes(cfg: EngineConfig, dtype_bytes: int, max_context: int | None = 
     up to ``max_context`` positions (None: a whole depth plane of the cache)."""
     m, c, s = cfg.model, cfg.cache, cfg.scheduler
     kv = 2 * m.num_layers * c.num_blocks * c.block_size * m.num_kv_heads * m.head_dim
-    states = s.max_num_seqs * (s.effective_chunk_size + 1) * m.hidden_size
+    # prompt state per in-flight chunk (EngineConfig.max_prompt_states), one decode row each
+    states = (cfg.max_prompt_states * s.effective_chunk_size + s.max_num_seqs) * m.hidden_size
     attn = m.hidden_size * (2 * m.num_heads + 2 * m.num_kv_heads) * m.head_dim
     weights = 2 * m.vocab_size * m.hidden_size + m.num_layers * (
         attn + 3 * m.hidden_size * m.intermediate_size)

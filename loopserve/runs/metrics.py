@@ -40,6 +40,7 @@ from sim.cluster.records import cluster_info
 STEP_COLUMNS: tuple[str, ...] = (
     "step", "start_s", "end_s", "stage", "core_calls", "num_decode_items", "num_prompt_items",
     "num_prompt_tokens", "num_fused_prelude_items", "depths", "mixed",
+    "max_prompt_items_per_request",
 )
 REQUEST_COLUMNS: tuple[str, ...] = (
     "request_id", "arrival_s", "prompt_tokens", "output_tokens", "first_token_s", "finish_s",

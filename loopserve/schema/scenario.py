@@ -181,7 +181,8 @@ class Scenario(StrictModel):
     @classmethod
     def _arms(cls, v: list[str]) -> list[str]:
         if not v:
-            raise ValueError("empty; list at least one of atomic|per_depth|mixed (A0|A1|A2)")
+            raise ValueError(
+                "empty; list at least one of atomic|per_depth|mixed|wavefront (A0|A1|A2|A3)")
         arms = [_arm(name) for name in v]
         dup = sorted({a for a in arms if arms.count(a) > 1})
         if dup:
@@ -260,7 +261,7 @@ def _arm(name: str) -> str:
         return resolve_arm(name)
     except ValueError:
         raise ValueError(
-            f"unknown arm {name!r}; use atomic|per_depth|mixed (aliases A0|A1|A2)"
+            f"unknown arm {name!r}; use atomic|per_depth|mixed|wavefront (aliases A0|A1|A2|A3)"
         ) from None
 
 

@@ -13,11 +13,35 @@ from tests.helpers import TINY
 
 
 def test_arm_aliases() -> None:
-    assert [resolve_arm(a) for a in ("A0", "a1", "A2", "mixed")] == [
-        "atomic", "per_depth", "mixed", "mixed",
+    assert [resolve_arm(a) for a in ("A0", "a1", "A2", "mixed", "A3", "wavefront")] == [
+        "atomic", "per_depth", "mixed", "mixed", "wavefront", "wavefront",
     ]
-    with pytest.raises(ValueError, match="scheduler.arm.*A0\\|A1\\|A2"):
-        resolve_arm("A3")
+    with pytest.raises(ValueError, match="scheduler.arm.*A0\\|A1\\|A2\\|A3"):
+        resolve_arm("A4")
+
+
+def test_wavefront_guard_and_prompt_state_bound() -> None:
+    """The wavefront arm keeps the mixed guard; its prompt-state bound counts the chunks a
+    request can have in flight: distinct depths, and full chunks but the last in a budget."""
+    with pytest.raises(ValueError, match="scheduler.max_num_batched_tokens: the wavefront arm"):
+        SchedulerConfig(arm="wavefront", prefill_chunk_size=128, max_num_seqs=8,
+                        max_num_batched_tokens=134)
+    with pytest.raises(ValueError, match="scheduler.cuda_graphs: not supported with the "
+                                         "wavefront arm"):
+        SchedulerConfig(arm="wavefront", cuda_graphs=True)
+    with pytest.raises(ValueError, match="scheduler.prompt_shortcut"):
+        SchedulerConfig(arm="wavefront", prompt_shortcut=True)
+
+    def bound(arm: str, chunk: int, budget: int) -> tuple[int, int]:
+        cfg = EngineConfig(TINY, SchedulerConfig(arm=arm, prefill_chunk_size=chunk,
+                                                 max_num_seqs=8, max_num_batched_tokens=budget))
+        return cfg.scheduler.max_chunks_in_flight(TINY.num_depths), cfg.max_prompt_states
+
+    assert bound("mixed", 64, 512) == (1, 8)
+    assert bound("wavefront", 64, 512) == (4, 32)  # 8 chunks fit a step; 4 depths
+    assert bound("wavefront", 128, 256) == (2, 16)  # two full chunks
+    assert bound("wavefront", 128, 257) == (3, 24)  # two full and a last chunk of one token
+    assert bound("wavefront", 128, 135) == (2, 16)
 
 
 def test_mixed_guard_boundary_and_message() -> None:

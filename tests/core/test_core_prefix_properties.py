@@ -11,7 +11,7 @@ from engine.core import Batch, EngineCore, ExitConfig, SamplingParams, Stage
 from engine.core.fake_executor import FakeExecutor
 from tests.helpers import drive, make_config
 
-ARMS = ("atomic", "per_depth", "mixed")
+ARMS = ("atomic", "per_depth", "mixed", "wavefront")
 
 
 def prompt_rows(batch: Batch) -> list[tuple[int, int]]:

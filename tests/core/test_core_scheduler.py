@@ -74,7 +74,7 @@ def test_prompt_item_keeps_its_place_across_depths() -> None:
     assert order[8:] == [("young", 0, dep) for dep in range(4)]
 
 
-@pytest.mark.parametrize("arm", ["atomic", "per_depth", "mixed"])
+@pytest.mark.parametrize("arm", ["atomic", "per_depth", "mixed", "wavefront"])
 def test_admission_continues_while_a_long_prompt_runs(arm: str) -> None:
     core = EngineCore(make_config(arm, max_num_seqs=4, max_num_batched_tokens=11,
                                   prefill_chunk_size=8))
@@ -109,7 +109,7 @@ def test_atomic_prefill_runs_all_depths_in_one_step_and_alternates_with_decode()
 
 
 def test_large_min_coda_batch_flushes_when_recurrent_is_empty() -> None:
-    for arm in ("atomic", "per_depth", "mixed"):
+    for arm in ("atomic", "per_depth", "mixed", "wavefront"):
         core = EngineCore(make_config(arm, min_coda_batch_size=100))
         ex = FakeExecutor()
         for i in range(3):
@@ -133,7 +133,7 @@ def test_coda_waits_for_a_fuller_batch_while_recurrent_work_remains() -> None:
     assert s.coda_ready()
 
 
-@pytest.mark.parametrize("arm", ["atomic", "per_depth", "mixed"])
+@pytest.mark.parametrize("arm", ["atomic", "per_depth", "mixed", "wavefront"])
 def test_repeated_short_arrivals_cannot_starve_a_running_decode(arm: str) -> None:
     core = EngineCore(make_config(arm, max_num_seqs=4, max_num_batched_tokens=11,
                                   prefill_chunk_size=8))

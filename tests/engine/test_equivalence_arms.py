@@ -1,4 +1,5 @@
-"""A0, A1 and A2 give the same tokens and exit depths, equal to one-request-at-a-time runs."""
+"""A0, A1, A2 and A3 give the same tokens and exit depths, equal to one-request-at-a-time
+runs."""
 
 from __future__ import annotations
 
@@ -55,6 +56,18 @@ class _BatchLog:
 
         llm.runner.execute = execute  # type: ignore[method-assign]
 
+    def wavefront_steps(self) -> int:
+        """Steps where one request holds several prompt items, at different depths."""
+        n = 0
+        for b in self.batches:
+            depths: dict[str, list[int]] = {}
+            for it in b.items:
+                if it.kind is ItemKind.PROMPT:
+                    depths.setdefault(it.request_id, []).append(it.depth)
+            if any(len(ds) > 1 and len(set(ds)) == len(ds) for ds in depths.values()):
+                n += 1
+        return n
+
     def mixed_with_adaptive_decode(self) -> int:
         return sum(
             1 for b in self.batches if b.is_mixed
@@ -86,6 +99,9 @@ def test_arms_and_serial_agree_on_tokens_and_exit_depths(mode: str) -> None:
         assert any(b.is_mixed for b in logs["mixed"].batches)
     if mode in ("ouro", "ouro_delayed", "random_lookahead"):
         assert logs["mixed"].mixed_with_adaptive_decode() > 0
+        assert logs["wavefront"].mixed_with_adaptive_decode() > 0
+    assert logs["wavefront"].wavefront_steps() > 0
+    assert all(log.wavefront_steps() == 0 for arm, log in logs.items() if arm != "wavefront")
     if mode == "trace":
         assert [ds for _, ds in expected] == [list(t) for t in TRACES]
 
@@ -110,6 +126,8 @@ VARIANTS = {
     "coda_batching": ("per_depth", dict(min_coda_batch_size=3)),
     "two_prefills_per_decode": ("atomic", dict(max_prefill_batches_before_decode=2)),
     "small_blocks": ("mixed", dict(block_size=1, num_blocks=600)),
+    "incremental_a3": ("wavefront", dict(incremental_allocation=True)),
+    "wide_wavefront": ("wavefront", dict(max_num_batched_tokens=40, prefill_chunk_size=4)),
 }
 
 
@@ -124,5 +142,7 @@ def test_scheduler_and_cache_variants_match_serial(variant: str) -> None:
     got = outputs_key(llm.generate(PROMPTS, params))
     assert got == serial(model, PROMPTS, params, exit_cfg)
     assert llm.core.block_manager.num_used_blocks == 0
+    if arm == "wavefront":
+        assert log.wavefront_steps() > 0
     if variant == "prompt_shortcut":
         assert any(b.stage.value == "PREFILL" and b.num_core_calls > 1 for b in log.batches)

@@ -46,6 +46,7 @@ def test_cuda_fp32_arms_identical_for_adaptive_and_sampled_requests() -> None:
     runs = _runs("cuda", torch.float32, ExitConfig(mode="ouro", exit_threshold=0.5), params)
     report = divergence_report("atomic", runs["atomic"], "per_depth", runs["per_depth"])
     report += divergence_report("atomic", runs["atomic"], "mixed", runs["mixed"])
+    report += divergence_report("atomic", runs["atomic"], "wavefront", runs["wavefront"])
     assert not report, "\n".join(report)
 
 
@@ -55,13 +56,13 @@ def test_bf16_arms_agree_and_report_first_divergence(device: str) -> None:
     runs = _runs(device, torch.bfloat16, ExitConfig(mode="trace"), params)
     report = []
     matched = total = 0
-    for arm in ("per_depth", "mixed"):
+    for arm in ("per_depth", "mixed", "wavefront"):
         report += divergence_report("atomic", runs["atomic"], arm, runs[arm])
         for a, b in zip(runs["atomic"], runs[arm], strict=True):
             d = first_divergence(a, b)
             matched += len(a[0]) if d is None else d[0]
             total += len(a[0])
-    print("\n".join(report) or f"bf16 on {device}: A0, A1 and A2 identical")
+    print("\n".join(report) or f"bf16 on {device}: A0, A1, A2 and A3 identical")
     # Trace exits fix the depths; greedy tokens may drift after a near-tie in bf16, but
     # the bulk of every run must agree before its first divergence.
     assert all(a[1] == b[1] for arm in ARMS for a, b in zip(runs["atomic"], runs[arm],

@@ -56,7 +56,7 @@ print(json.dumps({"peak": peak[0] - base}))
 LONGEST = 200 + 7 * 7 - 1 + 24  # the longest request's positions
 
 
-@pytest.mark.parametrize("arm", ["atomic", "per_depth", "mixed"])
+@pytest.mark.parametrize("arm", ["atomic", "per_depth", "mixed", "wavefront"])
 def test_estimate_holds_the_measured_peak_within_a_multiple(arm: str) -> None:
     out = subprocess.run([sys.executable, "-c", CHILD, arm], cwd=ROOT, capture_output=True,
                          text=True, timeout=600, check=True)
@@ -70,8 +70,8 @@ def test_estimate_holds_the_measured_peak_within_a_multiple(arm: str) -> None:
 
 
 def test_state_buffers_and_the_largest_step_are_counted() -> None:
-    def cfg(seqs: int, chunk: int, budget: int) -> EngineConfig:
-        return EngineConfig(SMALL, SchedulerConfig(arm="mixed", max_num_seqs=seqs,
+    def cfg(seqs: int, chunk: int, budget: int, arm: str = "mixed") -> EngineConfig:
+        return EngineConfig(SMALL, SchedulerConfig(arm=arm, max_num_seqs=seqs,
                                                    prefill_chunk_size=chunk,
                                                    max_num_batched_tokens=budget),
                             CacheConfig(num_blocks=64, block_size=16))
@@ -80,6 +80,9 @@ def test_state_buffers_and_the_largest_step_are_counted() -> None:
     # the prompt state buffers: max_num_seqs x (chunk + 1) rows of hidden, nothing else
     assert footprint.device_bytes(cfg(8, 96, 128), 4, 256, "triton") - base == pytest.approx(
         8 * 32 * SMALL.hidden_size * 4 * footprint.ALLOCATOR_SLACK, abs=1)
+    # the wavefront arm: one prompt state per chunk in flight, two per request at 64 / 128
+    assert footprint.device_bytes(cfg(8, 64, 128, "wavefront"), 4, 256, "triton") - base == (
+        pytest.approx(8 * 64 * SMALL.hidden_size * 4 * footprint.ALLOCATOR_SLACK, abs=1))
     # a larger budget: more activation rows in the largest step
     assert footprint.device_bytes(cfg(8, 64, 256), 4, 256, "triton") > base
     # torch's attention scratch grows with the context, Triton's does not

@@ -44,7 +44,7 @@ def test_outputs_exist_with_exact_columns(run_dir: Path) -> None:
     assert header(run_dir / "steps.csv") == run + [
         "step", "start_s", "end_s", "stage", "kind", "core_calls", "num_decode_items",
         "num_prompt_items", "num_prompt_tokens", "num_fused_prelude_items", "depths", "mixed",
-        "num_readbacks"]
+        "num_readbacks", "max_prompt_items_per_request"]
     assert header(run_dir / "requests.csv") == run + [
         "request_id", "arrival_s", "prompt_tokens", "output_tokens", "first_token_s",
         "finish_s", "injected", "finish_reason"]

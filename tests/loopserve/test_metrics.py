@@ -88,7 +88,8 @@ def test_frames_have_the_design_columns_and_stable_csv() -> None:
     steps, reqs, toks = steps_frame(rec), requests_frame(rec), tokens_frame(rec)
     assert list(steps.columns) == list(STEP_COLUMNS) == [
         "step", "start_s", "end_s", "stage", "core_calls", "num_decode_items",
-        "num_prompt_items", "num_prompt_tokens", "num_fused_prelude_items", "depths", "mixed"]
+        "num_prompt_items", "num_prompt_tokens", "num_fused_prelude_items", "depths", "mixed",
+        "max_prompt_items_per_request"]
     assert list(reqs.columns) == list(REQUEST_COLUMNS) == [
         "request_id", "arrival_s", "prompt_tokens", "output_tokens", "first_token_s",
         "finish_s", "injected", "finish_reason"]

@@ -17,7 +17,7 @@ torch.set_num_threads(1)  # tiny tensors: threads only add overhead
 ENGINE_KWARGS: dict[str, object] = dict(
     max_num_seqs=4, max_num_batched_tokens=16, prefill_chunk_size=8, block_size=4, num_blocks=256
 )
-ARMS = ("atomic", "per_depth", "mixed")
+ARMS = ("atomic", "per_depth", "mixed", "wavefront")
 
 
 def tiny_model(seed: int = 0, gate_std: float = 0.0, gate_bias: float = 0.0) -> OuroForCausalLM:

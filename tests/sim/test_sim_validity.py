@@ -10,7 +10,7 @@ from loopserve.workloads import build_source
 from sim import NO_MIXED_CALL, check, make_cost_model, simulate
 from tests.helpers import make_config
 
-ARMS = ("atomic", "per_depth", "mixed")
+ARMS = ("atomic", "per_depth", "mixed", "wavefront")
 
 
 def _interference(population: int, inject_at: int = 3, prompt_tokens: int = 24):  # type: ignore[no-untyped-def]
@@ -41,7 +41,7 @@ def test_injection_without_a_free_slot_is_invalid(arm: str) -> None:
     reasons = check(rec, arm)
     assert "inject-0 found no free slot" in reasons[0] and "max_num_seqs 4" in reasons[0]
     # the prompt only starts once the decoders are gone, so A2 never mixes either
-    assert reasons[1:] == ([NO_MIXED_CALL] if arm == "mixed" else [])
+    assert reasons[1:] == ([NO_MIXED_CALL] if arm in ("mixed", "wavefront") else [])
     assert len(rec.requests) == 5  # the run still completes; the report says why it is invalid
 
 
@@ -54,7 +54,7 @@ def test_injection_without_kv_capacity_is_invalid(arm: str) -> None:
     reasons = check(rec, arm)
     assert "inject-0 found no KV capacity" in reasons[0]
     assert "needs 28 blocks, 12 free" in reasons[0]
-    assert reasons[1:] == ([NO_MIXED_CALL] if arm == "mixed" else [])
+    assert reasons[1:] == ([NO_MIXED_CALL] if arm in ("mixed", "wavefront") else [])
 
 
 def test_mixed_arm_without_mixed_call_is_invalid_other_arms_are_not() -> None:
@@ -63,7 +63,7 @@ def test_mixed_arm_without_mixed_call_is_invalid_other_arms_are_not() -> None:
     for arm in ARMS:
         rec = simulate(make_config(arm), lone, make_cost_model("roofline", TINY))
         assert rec.num_mixed_core_calls == 0
-        assert check(rec, arm) == ([NO_MIXED_CALL] if arm == "mixed" else [])
+        assert check(rec, arm) == ([NO_MIXED_CALL] if arm in ("mixed", "wavefront") else [])
         assert rec.invalid_reasons == []  # check() reports, it does not mutate the records
     assert check(rec, "A2") == [NO_MIXED_CALL]  # arm aliases resolve
     mixed = simulate(make_config("mixed", max_num_seqs=4), _interference(3),

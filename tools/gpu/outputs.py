@@ -99,7 +99,8 @@ def find_run_dir(root: Path) -> Path | None:
 
 
 def _arm_of(name: str) -> str:
-    return {"a0": "atomic", "a1": "per_depth", "a2": "mixed"}.get(name.lower(), name.lower())
+    return {"a0": "atomic", "a1": "per_depth", "a2": "mixed", "a3": "wavefront"}.get(
+        name.lower(), name.lower())
 
 
 def _metric(row: dict[str, Any], key: str, stat: str | None) -> float | None:
