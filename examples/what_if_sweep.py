@@ -28,7 +28,7 @@ rows = [{"chunk": plan.points[r.spec.point_id].values["scheduler.prefill_chunk_s
         for r in execute(plan, progress=False)]
 
 table = pd.DataFrame(rows).pivot(index="chunk", columns="arm")
-table = table.reindex(columns=["atomic", "per_depth", "mixed"], level=1)
+table = table.reindex(columns=["atomic", "per_depth", "mixed", "wavefront"], level=1)
 with pd.option_context("display.width", 200, "display.max_columns", 20,
                        "display.precision", 1):
     print(table.to_string())

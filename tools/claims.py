@@ -26,14 +26,15 @@ import sys
 from pathlib import Path
 from typing import Any
 
-ARMS = ("atomic", "per_depth", "mixed")
+ARMS = ("atomic", "per_depth", "mixed", "wavefront")
 FIDELITY_HEADER = (
-    "| measured | scenario | profile held-out MAPE | ITL p50 error (atomic / per_depth / mixed) "
+    "| measured | scenario | profile held-out MAPE | ITL p50 error (the arms run, in atomic / per_depth / mixed / wavefront order) "
     "| TTFT p50 error | ITL p99 error | at run speed: ITL p50 / TTFT p50 | targets "
     "| machine | command |\n|---|---|---|---|---|---|---|---|---|---|"
 )
 BENCH_HEADER = (
-    "| measured | build | atomic | per_depth | mixed | command |\n|---|---|---|---|---|---|"
+    "| measured | build | atomic | per_depth | mixed | wavefront | command |\n"
+    "|---|---|---|---|---|---|---|"
 )
 
 
@@ -128,6 +129,9 @@ def bench_row(run_dir: Path) -> str:
         by_arm = {a["arm"]: a for a in bench["arms"]}
         cells = [_date(run_dir, env), "mypyc build" if bench.get("native") else "Python sources"]
         for arm in ARMS:
+            if arm not in by_arm:  # a run of fewer arms (--arms) leaves the column empty
+                cells.append("–")
+                continue
             a = by_arm[arm]
             cell = f"{a['median_core_calls_s']:,.0f}"
             if a.get("pure_median_core_calls_s"):

@@ -44,9 +44,9 @@ def test_fidelity_row_reads_the_errors_verdict_date_and_command(tmp_path: Path) 
     assert cells[0] == "2026-12-03"
     assert cells[1] == "poisson-adaptive-cpu"
     assert cells[2] == "3.85%"
-    assert cells[3] == "+10.0 / +10.0 / +10.0%"      # ITL p50: 11 against 10
-    assert cells[4] == "-5.0 / -5.0 / -5.0%"         # TTFT p50: 38 against 40
-    assert cells[5] == "+0.0 / +0.0 / +0.0%"
+    assert cells[3] == "+10.0 / +10.0 / +10.0 / +10.0%"      # ITL p50: 11 against 10
+    assert cells[4] == "-5.0 / -5.0 / -5.0 / -5.0%"         # TTFT p50: 38 against 40
+    assert cells[5] == "+0.0 / +0.0 / +0.0 / +0.0%"
     assert cells[7] == "met in atomic, mixed"
     assert cells[8] == "unsteady, x0.983 of calibration"
     assert cells[9] == ("`loopserve fidelity scenarios/poisson-adaptive-cpu.yaml --profile "
@@ -65,7 +65,18 @@ def test_bench_row_and_headers_once_per_kind(tmp_path: Path) -> None:
     assert out.count("| measured | scenario") == 1 and out.count("| measured | build") == 1
     bench_line = out.splitlines()[-1]
     assert bench_line == ("| 2026-12-01 | mypyc build | 80,176 (sources 21,486) | 80,177 "
-                          "(sources 21,486) | 80,178 (sources 21,486) | `python -m tools.bench` |")
+                          "(sources 21,486) | 80,178 (sources 21,486) | 80,179 (sources 21,486) "
+                          "| `python -m tools.bench` |")
+
+
+def test_bench_row_of_fewer_arms_leaves_their_columns_empty(tmp_path: Path) -> None:
+    b = tmp_path / "20261201T035017Z"
+    b.mkdir()
+    (b / "bench.json").write_text(json.dumps({"native": False, "arms": [
+        {"arm": "mixed", "median_core_calls_s": 15000.0}]}))
+    (b / "env.json").write_text(json.dumps({"command": "python -m tools.bench --arms mixed"}))
+    assert claims.bench_row(b) == ("| 2026-12-01 | Python sources | – | – | 15,000 | – "
+                                   "| `python -m tools.bench --arms mixed` |")
 
 
 def test_a_folder_of_neither_kind_exits_2(tmp_path: Path,

@@ -52,7 +52,7 @@ def measure(device: torch.device) -> dict[str, Any]:
     prompts = [list(range(1, PROMPT_TOKENS + 1 + 7 * i)) for i in range(NUM_PROMPTS)]
     longest = PROMPT_TOKENS + 7 * (NUM_PROMPTS - 1) + OUTPUT_TOKENS
     arms: dict[str, Any] = {}
-    for arm in ("atomic", "per_depth", "mixed"):
+    for arm in ("atomic", "per_depth", "mixed", "wavefront"):
         gc.collect()
         torch.cuda.empty_cache()
         torch.cuda.synchronize()
