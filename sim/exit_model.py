@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Literal
 
 from engine.core.config import ExitConfig
 from engine.core.exits import stable_seed
-from engine.core.fake_executor import SignalFn
+from engine.core.seeded_executor import SignalFn
 
 if TYPE_CHECKING:
     from sim.exit_profile import ExitProfile

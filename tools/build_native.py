@@ -36,9 +36,9 @@ from engine._native import (  # noqa: E402
 # (cost models other than the roofline, exit models, validity: once per run).
 MODULES = tuple(f"engine.core.{m}" for m in (
     "admission", "arrivals", "batch", "block_manager", "columns", "engine_core", "exits",
-    "fake_executor", "kv_allocation", "policies", "prefix_cache", "prompt_state", "records",
-    "request", "results", "run_loop", "scheduler",
-)) + ("sim.driver", "sim.executor", "sim.step_clock", "sim.cost.base",
+    "kv_allocation", "policies", "prefix_cache", "prompt_state", "records", "request",
+    "results", "run_loop", "scheduler", "seeded_executor",
+)) + ("sim.driver", "sim.step_clock", "sim.cost.base",
      "sim.cost.roofline", "sim.cost.waits")
 
 
