@@ -9,12 +9,11 @@ signal trace. A step's duration is the cost model's business, not the executor's
 from __future__ import annotations
 
 from collections.abc import Callable
-from hashlib import blake2b
 
 from engine.core.batch import Batch, ItemKind
-from engine.core.exits import stable_seed
 from engine.core.request import Stage
 from engine.core.results import CodaResult, RecurrentResult, StepResult
+from engine.core.stable_seeds import StableSeeds
 
 SignalFn = Callable[[str, int, int], float]
 EosFn = Callable[[str, int], bool]
@@ -23,8 +22,10 @@ EosFn = Callable[[str, int], bool]
 def uniform_signal_fn(seed: int) -> SignalFn:
     """Gate signals uniform in [0, 1) from ``stable_seed(seed, "signal", request, position,
     depth)``: the executor's default stream."""
+    seeds = StableSeeds(seed, "signal")
+
     def signal(request_id: str, position: int, depth: int) -> float:
-        return (stable_seed(seed, "signal", request_id, position, depth) >> 11) / float(1 << 53)
+        return (seeds.at_depth(request_id, position, depth) >> 11) / float(1 << 53)
 
     return signal
 
@@ -60,7 +61,7 @@ class SeededExecutor:
         self.num_signals_read = 0
         self.live_handles: set[int] = set()
         self.released_handles: set[int] = set()
-        self._token_prefix: dict[str, str] = {}
+        self._token_seeds = StableSeeds(seed, "token")
 
     def for_another_engine(self) -> SeededExecutor:
         """An executor of the same streams for another engine: each engine numbers its own
@@ -70,13 +71,7 @@ class SeededExecutor:
 
     def token(self, request_id: str, position: int) -> int:
         """The token sampled for ``request_id`` at ``position``."""
-        # stable_seed(seed, "token", request_id, position) hashes repr() of that tuple; the
-        # repr's request part is cached per request.
-        prefix = self._token_prefix.get(request_id)
-        if prefix is None:
-            prefix = self._token_prefix[request_id] = repr((self.seed, "token", request_id))[:-1]
-        digest = blake2b(f"{prefix}, {position!r})".encode(), digest_size=8).digest()
-        tok = int.from_bytes(digest, "little") % self.vocab_size
+        tok: int = self._token_seeds.at(request_id, position) % self.vocab_size
         eos = self.eos_token_id
         if eos is None:
             return tok
