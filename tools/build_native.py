@@ -33,12 +33,13 @@ from engine._native import (  # noqa: E402
 # Not compiled: package __init__s, errors (compiled
 # classes cannot subclass builtin exceptions), config (the scenario schema reads its dataclass
 # annotations; built once per run), executor (a Protocol, no code), and the rest of sim
-# (cost models other than the roofline, exit models, validity: once per run).
+# (cost models other than the roofline, exit profiles, validity: once per run); the exit
+# model is compiled for its signal functions, called once per decode row that reads a signal.
 MODULES = tuple(f"engine.core.{m}" for m in (
     "admission", "arrivals", "batch", "block_manager", "columns", "engine_core", "exits",
     "kv_allocation", "policies", "prefix_cache", "prompt_state", "records", "request",
     "results", "run_loop", "scheduler", "seeded_executor", "stable_seeds",
-)) + ("sim.driver", "sim.step_clock", "sim.cost.base",
+)) + ("sim.driver", "sim.exit_model", "sim.step_clock", "sim.cost.base",
      "sim.cost.roofline", "sim.cost.waits")
 
 
