@@ -1,6 +1,6 @@
-"""The SimPy simulator: driver, executor, cost models, exit signals and run validity.
+"""The SimPy simulator: driver, cost models, exit signals and run validity.
 
-Importing ``sim`` never imports torch. The per-step modules (driver, executor, step clock,
+Importing ``sim`` never imports torch. The per-step modules (driver, step clock, exit model,
 roofline cost) load from the mypyc build when it is fresh: ``engine.core`` is imported before
 any of them, which installs the build (``engine/_native.py``, requirement 2).
 """
@@ -10,7 +10,6 @@ from engine.core.shapes import MODEL_SHAPES, get_shape
 from sim.cost import CostModel, make_cost_model
 from sim.driver import simulate
 from sim.errors import SimulationDeadlock
-from sim.executor import SimExecutor
 from sim.exit_model import make_signal_fn
 from sim.validity import NO_MIXED_CALL, check, injection_problem
 
@@ -18,7 +17,6 @@ __all__ = [
     "MODEL_SHAPES",
     "NO_MIXED_CALL",
     "CostModel",
-    "SimExecutor",
     "SimulationDeadlock",
     "check",
     "get_shape",

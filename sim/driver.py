@@ -25,12 +25,11 @@ import simpy
 from engine.core.arrivals import ArrivalFeeder
 from engine.core.config import EngineConfig
 from engine.core.engine_core import EngineCore
-from engine.core.fake_executor import SignalFn
 from engine.core.records import ArrivalSource, RunRecorder, RunRecords
 from engine.core.run_loop import StepLoop, stall_message
+from engine.core.seeded_executor import SeededExecutor, SignalFn
 from sim.cost.base import CostModel
 from sim.errors import SimulationDeadlock
-from sim.executor import SimExecutor
 from sim.step_clock import StepClock, check_stop, run_without_gc
 
 
@@ -40,7 +39,7 @@ class _SimRun:
         cfg: EngineConfig,
         source: ArrivalSource,
         cost: CostModel,
-        executor: SimExecutor,
+        executor: SeededExecutor,
         record_batches: bool,
         record_steps: bool = True,
     ) -> None:
@@ -137,5 +136,5 @@ def simulate(
     ``record_steps`` the step rows are only counted (``RunRecorder``). Raises
     ``SimulationDeadlock`` if the core stalls with work left, ValueError on a bad request.
     """
-    executor = SimExecutor(seed=seed, vocab_size=vocab_size, signal_fn=signal_fn)
+    executor = SeededExecutor(seed=seed, vocab_size=vocab_size, signal_fn=signal_fn)
     return _SimRun(cfg, source, cost, executor, record_batches, record_steps).run()

@@ -26,7 +26,8 @@ from typing import TYPE_CHECKING, Literal
 
 from engine.core.config import ExitConfig
 from engine.core.exits import stable_seed
-from engine.core.fake_executor import SignalFn
+from engine.core.seeded_executor import SignalFn
+from engine.core.stable_seeds import StableSeeds
 
 if TYPE_CHECKING:
     from sim.exit_profile import ExitProfile
@@ -80,8 +81,10 @@ def lambda_signal_fn(seed: int, mean_lambdas: Sequence[float], sigma: float = 0.
     last = len(logits) - 1
     inv_cdf = NormalDist().inv_cdf
 
+    seeds = StableSeeds(seed, "lambda")
+
     def signal(request_id: str, position: int, depth: int) -> float:
-        u = (stable_seed(seed, "lambda", request_id, position, depth) >> 11) / float(1 << 53)
+        u = (seeds.at_depth(request_id, position, depth) >> 11) / float(1 << 53)
         z = inv_cdf(min(max(u, _EPS), 1.0 - _EPS))
         x = logits[depth if depth < last else last] + sigma * z
         return _sigmoid(x)

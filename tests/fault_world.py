@@ -8,8 +8,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from engine.core import Batch, EngineCore, SamplingParams, Stage, StepResult
-from engine.core.fake_executor import FakeExecutor
 from engine.core.request import Request
+from engine.core.seeded_executor import SeededExecutor
 from engine.llm import LLM
 
 Execute = Callable[[Batch, bool], StepResult]  # (batch, raise after housekeeping?)
@@ -24,7 +24,7 @@ class World:
 
 
 def fake_world(core: EngineCore) -> World:
-    ex = FakeExecutor()
+    ex = SeededExecutor()
 
     def execute(batch: Batch, fail_after: bool) -> StepResult:
         result = ex.execute(batch)

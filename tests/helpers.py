@@ -13,8 +13,8 @@ from engine.core import (
     SchedulerConfig,
     TokenEvent,
 )
-from engine.core.fake_executor import FakeExecutor
 from engine.core.records import ArrivalSpec
+from engine.core.seeded_executor import SeededExecutor
 from engine.core.shapes import TINY
 
 
@@ -50,7 +50,9 @@ class Drive:
     events: list[TokenEvent] = field(default_factory=list)
 
 
-def drive(core: EngineCore, ex: FakeExecutor, max_steps: int = 10_000, check: bool = True) -> Drive:
+def drive(
+    core: EngineCore, ex: SeededExecutor, max_steps: int = 10_000, check: bool = True,
+) -> Drive:
     """Run schedule/execute/apply until the core has no work; time advances 1 per step."""
     out = Drive()
     now = 0.0

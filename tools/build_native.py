@@ -31,14 +31,15 @@ from engine._native import (  # noqa: E402
 )
 
 # Not compiled: package __init__s, errors (raised at most once per run), config (the scenario
-# schema reads its dataclass annotations; built once per run), executor (a Protocol, no
-# code), and the rest of sim (cost models other than the roofline, exit models, validity:
-# once per run). What the compiled modules need of the code: engine/_native.py.
+# schema reads its dataclass annotations; built once per run), executor (a Protocol, no code),
+# and the rest of sim (cost models other than the roofline, exit profiles, validity: once per
+# run). The exit model is compiled for its signal functions, called once per decode row that
+# reads a signal. What the compiled modules need of the code: engine/_native.py.
 MODULES = tuple(f"engine.core.{m}" for m in (
     "admission", "arrivals", "batch", "block_manager", "columns", "engine_core", "exits",
-    "fake_executor", "kv_allocation", "policies", "prefix_cache", "prompt_state", "records",
-    "request", "results", "run_loop", "scheduler", "wavefront",
-)) + ("sim.driver", "sim.executor", "sim.step_clock", "sim.cost.base",
+    "kv_allocation", "policies", "prefix_cache", "prompt_state", "records", "request",
+    "results", "run_loop", "scheduler", "seeded_executor", "stable_seeds", "wavefront",
+)) + ("sim.driver", "sim.exit_model", "sim.step_clock", "sim.cost.base",
      "sim.cost.roofline", "sim.cost.waits")
 
 

@@ -28,7 +28,8 @@ from typing import Any
 
 ARMS = ("atomic", "per_depth", "mixed", "wavefront")
 FIDELITY_HEADER = (
-    "| measured | scenario | profile held-out MAPE | ITL p50 error (the arms run, in atomic / per_depth / mixed / wavefront order) "
+    "| measured | scenario | profile held-out MAPE "
+    "| ITL p50 error (the arms run, in atomic / per_depth / mixed / wavefront order) "
     "| TTFT p50 error | ITL p99 error | at run speed: ITL p50 / TTFT p50 | targets "
     "| machine | command |\n|---|---|---|---|---|---|---|---|---|---|"
 )

@@ -11,9 +11,9 @@ from engine.core.results import StepResult
 class Executor(Protocol):
     """Runs one scheduled batch and returns its typed result.
 
-    Implementations: ``engine.runner.ModelRunner`` (torch, CPU or CUDA),
-    ``sim.executor.SimExecutor`` (seeded tokens and signals; time comes from a cost model)
-    and ``engine.core.fake_executor.FakeExecutor`` (tests).
+    Implementations: ``engine.runner.ModelRunner`` (torch, CPU or CUDA) and
+    ``engine.core.seeded_executor.SeededExecutor`` (seeded tokens and signals: the tests'
+    executor, and the simulator's, where time comes from a cost model).
 
     Contract: apply ``batch.housekeeping`` (finalize copies, released prompt states and
     requests) before the items; return ``RecurrentResult`` for RECURRENT (one signal per DECODE

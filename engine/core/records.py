@@ -121,7 +121,8 @@ class RunRecorder:
         self.records = RunRecords()
         self.record_batches = record_batches
         self.record_steps = record_steps
-        self._depth_strings: dict[tuple[tuple[int, int], ...], str] = {}
+        self._depth_strings: dict[tuple[int, ...], str] = {}
+        self._counts: list[int] = []
         self._injected: set[str] = set()
 
     def submitted(self, spec: ArrivalSpec) -> None:
@@ -129,11 +130,20 @@ class RunRecorder:
             self._injected.add(spec.request_id)
 
     def _depths(self, batch: Batch) -> str:
-        counts = batch.depth_counts()
-        key = tuple(counts.items())
+        # Memoised by the item count per depth, counted into one list kept between steps.
+        counts = self._counts
+        for it in batch.items:
+            end = it.depth + it.num_depths
+            while end > len(counts):
+                counts.append(0)
+            for d in range(it.depth, end):
+                counts[d] += 1
+        key = tuple(counts)
+        for d in range(len(counts)):
+            counts[d] = 0
         text = self._depth_strings.get(key)
         if text is None:
-            text = self._depth_strings[key] = depths_text(counts)
+            text = self._depth_strings[key] = depths_text(batch.depth_counts())
         return text
 
     def step(

@@ -26,17 +26,16 @@ import simpy
 
 from engine.core.arrivals import timed_arrivals
 from engine.core.config import EngineConfig
-from engine.core.fake_executor import SignalFn
 from engine.core.records import ArrivalSource, ArrivalSpec, RunRecords
 from engine.core.results import TokenEvent
 from engine.core.run_loop import stall_message
+from engine.core.seeded_executor import SeededExecutor, SignalFn
 from sim.cluster.config import ClusterConfig, kv_bytes
 from sim.cluster.records import RequestInfo, merge
 from sim.cluster.replica import Handoff, Replica
 from sim.cluster.router import Router
 from sim.cost.base import CostModel
 from sim.errors import SimulationDeadlock
-from sim.executor import SimExecutor
 from sim.step_clock import run_without_gc
 
 
@@ -44,7 +43,7 @@ class ClusterRun:
     """One cluster run (``simulate_cluster``); ``replicas`` keep their cores after ``run``."""
 
     def __init__(self, cfg: EngineConfig, cluster: ClusterConfig, source: ArrivalSource,
-                 cost: CostModel, executor: SimExecutor, seed: int,
+                 cost: CostModel, executor: SeededExecutor, seed: int,
                  record_batches: bool) -> None:
         self.env = simpy.Environment(initial_time=0.0)
         self.cluster = cluster
@@ -181,5 +180,5 @@ def simulate_cluster(
     time; the rows of every replica merged, with each request's replica and transfer
     (``records.cluster``: ``sim.cluster.records.ClusterInfo``). Raises ``SimulationDeadlock``
     if work is left that nothing can move, ValueError on a bad request."""
-    executor = SimExecutor(seed=seed, vocab_size=vocab_size, signal_fn=signal_fn)
+    executor = SeededExecutor(seed=seed, vocab_size=vocab_size, signal_fn=signal_fn)
     return ClusterRun(cfg, cluster, source, cost, executor, seed, record_batches).run()

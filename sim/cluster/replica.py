@@ -17,8 +17,8 @@ from engine.core.kv_handoff import land_prefilled, reserve_prefilled
 from engine.core.records import ArrivalSource, ArrivalSpec
 from engine.core.results import TokenEvent
 from engine.core.run_loop import StepLoop
+from engine.core.seeded_executor import SeededExecutor
 from sim.cost.base import CostModel
-from sim.executor import SimExecutor
 from sim.step_clock import StepClock, check_stop
 
 
@@ -27,7 +27,7 @@ class ClusterRun(Protocol):
 
     env: simpy.Environment
     source: ArrivalSource
-    executor: SimExecutor
+    executor: SeededExecutor
     cost: CostModel
     record_batches: bool
 
@@ -115,7 +115,7 @@ class Replica:
         """``sim.driver``'s engine loop, one timeout per step, never ending on its own: the
         run ends when no process has an event left."""
         run, env, core, loop = self.run, self.run.env, self.core, self.loop
-        executor, cost = run.executor, run.cost
+        executor, cost = run.executor.for_another_engine(), run.cost
         now = env.now
         clock = StepClock(cost, now)
         while True:

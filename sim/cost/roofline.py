@@ -110,15 +110,18 @@ class RooflineCost:
             total += hw.readback_s
             if terms is not None:
                 terms["readback_s"] = hw.readback_s
-        for call in batch.core_call_items():
+        items = batch.items
+        for k in range(batch.num_core_calls):  # the items of each call: Batch.core_call_items
             rows = kv_tokens = ctx_sum = fused_rows = 0
-            for item, depth in call:
+            for item in items:
+                if k >= item.num_depths:
+                    continue
                 n = item.num_tokens
                 kv, ctx, _ = item_context(item)
                 rows += n
                 kv_tokens += kv
                 ctx_sum += ctx
-                if item.fused_prelude and depth == item.depth:
+                if k == 0 and item.fused_prelude:  # its prelude runs in its first call
                     fused_rows += n
             total += self._call_s(rows, kv_tokens, ctx_sum, fused_rows)
             if terms is not None:

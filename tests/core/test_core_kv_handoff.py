@@ -4,8 +4,8 @@ blocks held, in no stage queue) until its KV lands, then RUNNING from PRELUDE.""
 from __future__ import annotations
 
 from engine.core import EngineCore, RequestStatus, SamplingParams, Stage
-from engine.core.fake_executor import FakeExecutor
 from engine.core.kv_handoff import land_prefilled, reserve_prefilled
+from engine.core.seeded_executor import SeededExecutor
 from tests.helpers import drive, make_config
 
 
@@ -27,7 +27,7 @@ def test_a_reserved_request_waits_for_its_kv_then_runs_from_prelude() -> None:
     land_prefilled(core, "a", 7, 1.0)
     assert req.status is RequestStatus.RUNNING and s.prelude == [req]
     assert req.num_depths_done == core.num_depths and req.output_token_ids == [7]
-    d = drive(core, FakeExecutor())
+    d = drive(core, SeededExecutor())
     assert d.batches[0].stage is Stage.PRELUDE
     assert req.status is RequestStatus.FINISHED and req.num_output_tokens == 3
     assert core.block_manager.num_used_blocks == 0

@@ -16,13 +16,13 @@ from engine.core import (
     StaleResultError,
     StepResult,
 )
-from engine.core.fake_executor import FakeExecutor
+from engine.core.seeded_executor import SeededExecutor
 from tests.helpers import drive, make_config
 
 
-def _mid_prompt(arm: str = "mixed") -> tuple[EngineCore, FakeExecutor, Batch]:
+def _mid_prompt(arm: str = "mixed") -> tuple[EngineCore, SeededExecutor, Batch]:
     core = EngineCore(make_config(arm, max_num_batched_tokens=11, prefill_chunk_size=8))
-    ex = FakeExecutor()
+    ex = SeededExecutor()
     core.add_request("p", list(range(30)), SamplingParams(max_tokens=3), 0.0)
     b = core.schedule(0.0)
     assert b is not None
@@ -53,7 +53,7 @@ def test_abort_mid_prompt_releases_handle_and_blocks() -> None:
 
 def test_batch_failure_finishes_affected_requests_only() -> None:
     core = EngineCore(make_config("mixed", max_num_batched_tokens=11, prefill_chunk_size=8))
-    ex = FakeExecutor()
+    ex = SeededExecutor()
     core.add_request("d", [1, 2], SamplingParams(max_tokens=20), 0.0)
     now = 0.0
     while core.requests["d"].stage is not Stage.RECURRENT:
@@ -92,7 +92,7 @@ def test_active_id_cannot_be_added_twice() -> None:
 
 def test_finish_of_decode_rows_that_shared_batches_with_prompt_rows() -> None:
     core = EngineCore(make_config("mixed", max_num_batched_tokens=11, prefill_chunk_size=8))
-    ex = FakeExecutor()
+    ex = SeededExecutor()
     core.add_request("d", [1, 2], SamplingParams(max_tokens=6), 0.0)
     core.add_request("p", list(range(40)), SamplingParams(max_tokens=2), 0.0)
     d = drive(core, ex)
@@ -112,7 +112,7 @@ def test_result_that_does_not_fit_its_batch_is_rejected() -> None:
 
 def test_missing_signal_is_an_interface_error() -> None:
     core = EngineCore(make_config("mixed", exit=ExitConfig(mode="ouro", exit_threshold=0.5)))
-    ex = FakeExecutor()
+    ex = SeededExecutor()
     core.add_request("d", [1], SamplingParams(max_tokens=3), 0.0)
     now = 0.0
     while True:
@@ -129,7 +129,7 @@ def test_missing_signal_is_an_interface_error() -> None:
 def test_early_exit_finalizes_deeper_planes_and_prompts_never_are() -> None:
     trace = (4, 1, 2, 4)
     core = EngineCore(make_config("mixed", exit=ExitConfig(mode="trace"), block_size=4))
-    ex = FakeExecutor()
+    ex = SeededExecutor()
     core.add_request("t", list(range(5)), SamplingParams(max_tokens=4, exit_trace=trace), 0.0)
     d = drive(core, ex)
     ops = [op for b in d.batches for op in b.housekeeping.finalize]
@@ -144,7 +144,7 @@ def test_early_exit_finalizes_deeper_planes_and_prompts_never_are() -> None:
 def test_incremental_allocation_grows_with_depth0_work() -> None:
     core = EngineCore(make_config("per_depth", incremental=True, block_size=4,
                                   prefill_chunk_size=8, max_num_batched_tokens=8))
-    ex = FakeExecutor()
+    ex = SeededExecutor()
     core.add_request("r", list(range(20)), SamplingParams(max_tokens=5), 0.0)
     key = ("r", 0)
     b = core.schedule(0.0)
@@ -177,7 +177,4 @@ def test_executors_satisfy_the_protocol() -> None:
         assert core.requests["a"].prompt_item is not None  # depth advanced
         assert core.requests["a"].prompt_item.depth == 1
 
-    from sim.executor import SimExecutor
-
-    run_one(FakeExecutor())
-    run_one(SimExecutor(seed=0))
+    run_one(SeededExecutor())

@@ -8,7 +8,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from engine.core import Batch, EngineCore, ExitConfig, SamplingParams, Stage
-from engine.core.fake_executor import FakeExecutor
+from engine.core.seeded_executor import SeededExecutor
 from tests.helpers import drive, make_config
 
 ARMS = ("atomic", "per_depth", "mixed", "wavefront")
@@ -23,7 +23,7 @@ def test_a_later_request_starts_after_its_cached_prefix(arm: str) -> None:
     cfg = make_config(arm, max_num_batched_tokens=16, prefill_chunk_size=8, block_size=4,
                       prefix_caching=True)
     core = EngineCore(cfg)
-    ex = FakeExecutor()
+    ex = SeededExecutor()
     system = list(range(1, 15))  # 14 tokens: 3 full blocks
     core.add_request("a", system + [20, 21], SamplingParams(max_tokens=2), 0.0)
     drive(core, ex)
@@ -41,7 +41,7 @@ def test_a_later_request_starts_after_its_cached_prefix(arm: str) -> None:
 @pytest.mark.parametrize("arm", ARMS)
 def test_whole_prompt_hit_still_computes_the_last_block(arm: str) -> None:
     core = EngineCore(make_config(arm, block_size=4, prefix_caching=True))
-    ex = FakeExecutor()
+    ex = SeededExecutor()
     prompt = list(range(1, 13))  # exactly 3 blocks
     core.add_request("a", prompt, SamplingParams(max_tokens=3), 0.0)
     first = core.requests["a"]
@@ -113,7 +113,7 @@ def run(w: dict, arm: str, caching: bool) -> dict[tuple[str, int], tuple]:
         prompt_shortcut=w["shortcut"] and arm == "mixed",
     )
     core = EngineCore(cfg)
-    ex = FakeExecutor(seed=3)
+    ex = SeededExecutor(seed=3)
     pending = sorted(enumerate(w["requests"]), key=lambda r: r[1]["arrival_step"])
     aborts = dict(w["aborts"])
     occurrence: dict[str, int] = {}

@@ -6,7 +6,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from engine.core import Batch, EngineCore, ExitConfig, SamplingParams, Stage
-from engine.core.fake_executor import FakeExecutor
+from engine.core.seeded_executor import SeededExecutor
 from tests.helpers import make_config
 
 ARMS = ("atomic", "per_depth", "mixed")
@@ -67,7 +67,7 @@ def run_arm(w: dict, arm: str) -> dict[str, tuple]:
         min_coda_batch_size=w["min_coda"],
     )
     core = EngineCore(cfg)
-    ex = FakeExecutor(seed=7)
+    ex = SeededExecutor(seed=7)
     pending = sorted(w["requests"], key=lambda r: r["arrival_step"])
     step = 0
     limit = 40 + sum((len(r["prompt"]) + 4) * 4 + r["max_tokens"] * 8 for r in pending) * 2

@@ -4,7 +4,7 @@ budget first, and prompt selection stops at the first item that does not fit."""
 from __future__ import annotations
 
 from engine.core import EngineCore, ItemKind, SamplingParams, Stage
-from engine.core.fake_executor import FakeExecutor
+from engine.core.seeded_executor import SeededExecutor
 from tests.helpers import make_config
 
 
@@ -13,7 +13,7 @@ def test_decode_items_take_the_budget_before_prompt_items() -> None:
     # for the two decoders if prompts went first; decode-first keeps both decoders.
     core = EngineCore(make_config("mixed", max_num_seqs=4, max_num_batched_tokens=11,
                                   prefill_chunk_size=8))
-    ex = FakeExecutor()
+    ex = SeededExecutor()
     for i in range(2):
         core.add_request(f"d{i}", [1, 2], SamplingParams(max_tokens=40, ignore_eos=True), 0.0)
     now, contested = 0.0, 0

@@ -4,15 +4,15 @@ LLM.step: apply, feed triggered arrivals, record, collect finished requests."""
 from __future__ import annotations
 
 from engine.core import EngineCore, SamplingParams
-from engine.core.fake_executor import FakeExecutor
 from engine.core.records import ArrivalSpec
 from engine.core.run_loop import StepLoop, stall_message
+from engine.core.seeded_executor import SeededExecutor
 from tests.helpers import ListSource, make_config
 
 ONE = SamplingParams(max_tokens=1)
 
 
-def _run(loop: StepLoop, ex: FakeExecutor, max_steps: int = 200) -> None:
+def _run(loop: StepLoop, ex: SeededExecutor, max_steps: int = 200) -> None:
     core, now = loop.core, 0.0
     for _ in range(max_steps):
         if loop.feeder is not None:
@@ -32,7 +32,7 @@ def test_with_a_source_steps_tokens_and_finished_requests_are_recorded() -> None
     source = ListSource([ArrivalSpec("a", (1, 2, 3), SamplingParams(max_tokens=2), 0.0)],
                         {("a", 0): [injected]})
     loop = StepLoop(core, source)
-    _run(loop, FakeExecutor())
+    _run(loop, SeededExecutor())
     assert loop.recorder is not None
     rec = loop.recorder.records
     assert {r.request_id: r.injected for r in rec.requests} == {"a": False, "b": True}
@@ -49,7 +49,7 @@ def test_without_a_source_nothing_is_recorded_and_finished_requests_are_kept() -
     core.add_request("a", [1, 2], ONE, 0.0)
     core.add_request("gone", [1, 2], ONE, 0.0)
     core.abort("gone")  # finished between steps: collected too
-    _run(loop, FakeExecutor())
+    _run(loop, SeededExecutor())
     assert loop.recorder is None and loop.feeder is None
     assert [(r.request_id, r.finish_reason) for r in loop.take_finished()] == [
         ("gone", "abort"), ("a", "length")]
@@ -84,7 +84,7 @@ def test_without_a_source_record_keeps_records_and_finished_requests() -> None:
     core.add_request("gone", [1, 2], ONE, 0.0)
     core.abort("gone")
     assert [r.request_id for r in loop.take_finished()] == ["gone"]  # recorded here
-    _run(loop, FakeExecutor())
+    _run(loop, SeededExecutor())
     assert loop.recorder is not None and loop.feeder is None
     rec = loop.recorder.records
     assert [(r.request_id, r.finish_reason) for r in rec.requests] == [

@@ -6,23 +6,23 @@ import pytest
 
 from engine.core import Batch, EngineCore, ItemKind, RequestStatus, SamplingParams, Stage
 from engine.core.block_manager import BlockManager
-from engine.core.fake_executor import FakeExecutor
 from engine.core.policies import make_policy
 from engine.core.prompt_state import PromptStateHandles
 from engine.core.request import Request
 from engine.core.results import step_kind
 from engine.core.scheduler import Scheduler
+from engine.core.seeded_executor import SeededExecutor
 from tests.helpers import drive, make_config
 
 
-def step(core: EngineCore, ex: FakeExecutor, now: float) -> Batch:
+def step(core: EngineCore, ex: SeededExecutor, now: float) -> Batch:
     batch = core.schedule(now)
     assert batch is not None
     core.apply(batch, ex.execute(batch), now + 1)
     return batch
 
 
-def until_decoding(core: EngineCore, ex: FakeExecutor, ids: list[str]) -> float:
+def until_decoding(core: EngineCore, ex: SeededExecutor, ids: list[str]) -> float:
     now = 0.0
     while not all(core.requests[i].stage is Stage.RECURRENT for i in ids):
         step(core, ex, now)
@@ -33,7 +33,7 @@ def until_decoding(core: EngineCore, ex: FakeExecutor, ids: list[str]) -> float:
 def test_mixed_takes_decode_first_then_prompt_rows() -> None:
     core = EngineCore(make_config("mixed", max_num_seqs=4, max_num_batched_tokens=11,
                                   prefill_chunk_size=8))
-    ex = FakeExecutor()
+    ex = SeededExecutor()
     for i in range(3):
         core.add_request(f"d{i}", [1, 2], SamplingParams(max_tokens=50), 0.0)
     now = until_decoding(core, ex, ["d0", "d1", "d2"])
@@ -64,7 +64,7 @@ def test_prompt_item_keeps_its_place_across_depths() -> None:
     # budget fits one prompt item: the oldest prompt must run all its depths and chunks first
     core = EngineCore(make_config("mixed", max_num_seqs=2, max_num_batched_tokens=9,
                                   prefill_chunk_size=8))
-    ex = FakeExecutor()
+    ex = SeededExecutor()
     core.add_request("old", list(range(16)), SamplingParams(max_tokens=1), 0.0)
     core.add_request("young", list(range(8)), SamplingParams(max_tokens=1), 0.0)
     d = drive(core, ex)
@@ -78,7 +78,7 @@ def test_prompt_item_keeps_its_place_across_depths() -> None:
 def test_admission_continues_while_a_long_prompt_runs(arm: str) -> None:
     core = EngineCore(make_config(arm, max_num_seqs=4, max_num_batched_tokens=11,
                                   prefill_chunk_size=8))
-    ex = FakeExecutor()
+    ex = SeededExecutor()
     core.add_request("long", list(range(64)), SamplingParams(max_tokens=1), 0.0)
     for k in range(3):
         step(core, ex, float(k))
@@ -96,7 +96,7 @@ def test_admission_continues_while_a_long_prompt_runs(arm: str) -> None:
 def test_atomic_prefill_runs_all_depths_in_one_step_and_alternates_with_decode() -> None:
     core = EngineCore(make_config("atomic", max_num_seqs=4, max_num_batched_tokens=8,
                                   prefill_chunk_size=8))
-    ex = FakeExecutor()
+    ex = SeededExecutor()
     core.add_request("d", [1], SamplingParams(max_tokens=40), 0.0)
     now = until_decoding(core, ex, ["d"])
     core.add_request("p", list(range(32)), SamplingParams(max_tokens=1), now)
@@ -111,7 +111,7 @@ def test_atomic_prefill_runs_all_depths_in_one_step_and_alternates_with_decode()
 def test_large_min_coda_batch_flushes_when_recurrent_is_empty() -> None:
     for arm in ("atomic", "per_depth", "mixed", "wavefront"):
         core = EngineCore(make_config(arm, min_coda_batch_size=100))
-        ex = FakeExecutor()
+        ex = SeededExecutor()
         for i in range(3):
             core.add_request(f"r{i}", list(range(5 + i)), SamplingParams(max_tokens=4), 0.0)
         d = drive(core, ex, max_steps=500)
@@ -137,7 +137,7 @@ def test_coda_waits_for_a_fuller_batch_while_recurrent_work_remains() -> None:
 def test_repeated_short_arrivals_cannot_starve_a_running_decode(arm: str) -> None:
     core = EngineCore(make_config(arm, max_num_seqs=4, max_num_batched_tokens=11,
                                   prefill_chunk_size=8))
-    ex = FakeExecutor()
+    ex = SeededExecutor()
     core.add_request("long", [1, 2], SamplingParams(max_tokens=200), 0.0)
     now = until_decoding(core, ex, ["long"])
     start_tokens = core.requests["long"].num_output_tokens
@@ -190,7 +190,7 @@ def test_request_that_can_never_fit_is_rejected() -> None:
 def test_failed_batches_do_not_move_the_decode_alternation(arm: str) -> None:
     core = EngineCore(make_config(arm, max_num_seqs=4, max_num_batched_tokens=8,
                                   prefill_chunk_size=8))
-    ex = FakeExecutor()
+    ex = SeededExecutor()
     core.add_request("d", [1], SamplingParams(max_tokens=40), 0.0)
     now = until_decoding(core, ex, ["d"])
     core.add_request("p1", list(range(32)), SamplingParams(max_tokens=1), now)
@@ -239,7 +239,7 @@ def test_coda_flushes_while_a_prompt_is_mid_depth(arm: str) -> None:
     while a prompt chunk is between depths."""
     core = EngineCore(make_config(arm, min_coda_batch_size=4, max_num_batched_tokens=16,
                                   prefill_chunk_size=8))
-    ex = FakeExecutor()
+    ex = SeededExecutor()
     core.add_request("d", [1, 2], SamplingParams(max_tokens=3), 0.0)
     now = until_decoding(core, ex, ["d"])
     step(core, ex, now)  # d one depth ahead, so it leaves the loop while p is mid-depth
@@ -274,7 +274,7 @@ def test_a_wrong_length_signal_tuple_is_an_interface_error(delta: int) -> None:
     core = EngineCore(make_config("mixed", max_num_seqs=4, max_num_batched_tokens=11,
                                   prefill_chunk_size=8,
                                   exit=ExitConfig(mode="ouro", exit_threshold=0.5)))
-    ex = FakeExecutor()
+    ex = SeededExecutor()
     for i in range(2):
         core.add_request(f"d{i}", [1, 2], SamplingParams(max_tokens=50), 0.0)
     now = until_decoding(core, ex, ["d0", "d1"])

@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 
 from engine.core import Batch, EngineCore, SamplingParams, Stage
 from engine.core.batch import ItemKind
-from engine.core.fake_executor import FakeExecutor
+from engine.core.seeded_executor import SeededExecutor
 from tests.core.test_core_properties import run_arm, workloads
 from tests.helpers import make_config
 
@@ -56,7 +56,7 @@ def run_wavefront(w: dict, abort_at: int | None = None, fail_at: int | None = No
     )
     sched = cfg.scheduler
     core = EngineCore(cfg)
-    ex = FakeExecutor(seed=7)
+    ex = SeededExecutor(seed=7)
     pending = sorted(w["requests"], key=lambda r: r["arrival_step"])
     step, most = 0, 0
     done: Done = {}

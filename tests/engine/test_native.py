@@ -79,12 +79,12 @@ def test_the_build_is_in_use_under_make_test() -> None:
     if not EXPECT_NATIVE:
         pytest.skip("run by `make test`, which builds native first (LOOPSERVE_EXPECT_NATIVE=1)")
     import engine.core.scheduler
+    import engine.core.seeded_executor
     import sim.cost.calibrated
     import sim.cost.roofline
-    import sim.executor
 
     assert _native.active(), _native.reason()
-    for mod in (engine.core.scheduler, sim.cost.roofline, sim.executor):
+    for mod in (engine.core.scheduler, sim.cost.roofline, engine.core.seeded_executor):
         assert mod.__file__ is not None
         assert Path(mod.__file__).suffix == ".so", mod.__file__
         assert Path(mod.__file__).is_relative_to(_native.NATIVE_DIR)

@@ -16,11 +16,11 @@ from hypothesis import strategies as st
 
 from engine.core import SamplingParams
 from engine.core.records import ArrivalSpec
+from engine.core.seeded_executor import SeededExecutor
 from engine.core.shapes import TINY
 from sim import make_cost_model, simulate
 from sim.cluster import ClusterConfig, KvTransferConfig, cluster_info, simulate_cluster
 from sim.cluster.driver import ClusterRun
-from sim.executor import SimExecutor
 from tests.helpers import ListSource, make_config
 
 ARMS = ("atomic", "per_depth", "mixed")
@@ -98,7 +98,7 @@ def test_back_pressure_makes_transfers_wait_and_drops_nothing() -> None:
     cfg = make_config("atomic", num_blocks=30)
     kv = KvTransferConfig(bandwidth_gbps=1.0, latency_us=10.0)
     specs = [spec(f"r{i}", 16, 7) for i in range(6)]
-    run = ClusterRun(cfg, pd(p=2, q=1, kv=kv), ListSource(specs), COST, SimExecutor(),
+    run = ClusterRun(cfg, pd(p=2, q=1, kv=kv), ListSource(specs), COST, SeededExecutor(),
                      0, False)
     rec = run.run()
     info = cluster_info(rec)
@@ -155,7 +155,7 @@ def clusters(draw: st.DrawFn) -> tuple[object, ...]:
 @given(clusters())
 def test_every_request_finishes_once_and_every_block_returns(case: tuple) -> None:  # type: ignore[type-arg]
     cluster, cfg, specs = case
-    run = ClusterRun(cfg, cluster, ListSource(specs), COST, SimExecutor(), 0, False)
+    run = ClusterRun(cfg, cluster, ListSource(specs), COST, SeededExecutor(), 0, False)
     rec = run.run()
     assert sorted(q.request_id for q in rec.requests) == sorted(s.request_id for s in specs)
     assert sum(q.output_tokens for q in rec.requests) == len(rec.tokens)

@@ -1,5 +1,5 @@
 """Synthetic gate signals: deterministic, keyed by (request, position, depth), centred on the
-configured per-depth λ; and the SimExecutor's token stream."""
+configured per-depth λ."""
 
 from __future__ import annotations
 
@@ -7,9 +7,7 @@ import statistics
 
 import pytest
 
-from engine.core import Batch, ExitConfig, ItemKind, ScheduledItem, Stage
-from engine.core.fake_executor import FakeExecutor
-from sim.executor import SimExecutor
+from engine.core import ExitConfig
 from sim.exit_model import lambda_signal_fn, make_signal_fn
 
 
@@ -50,28 +48,3 @@ def test_bad_lambda_settings_are_rejected() -> None:
                        mean_lambdas=(0.5, 0.5))
     with pytest.raises(ValueError, match="mean_lambdas"):
         lambda_signal_fn(0, (1.5,))
-
-
-def test_tokens_match_the_fake_executor_and_avoid_eos() -> None:
-    items = tuple(ScheduledItem(f"r{i}", 0, ItemKind.DECODE, 20 + i, 1, num_depths=0)
-                  for i in range(64))
-    coda = Batch(3, Stage.CODA, items)
-    sim_tokens = SimExecutor(seed=9, vocab_size=16).execute(coda)
-    assert sim_tokens == FakeExecutor(seed=9, vocab_size=16).execute(coda)
-    no_eos = SimExecutor(seed=9, vocab_size=16, eos_token_id=5).execute(coda)
-    assert 5 in sim_tokens.token_ids and 5 not in no_eos.token_ids  # type: ignore[attr-defined]
-    asked = SimExecutor(seed=9, vocab_size=16, eos_token_id=5,
-                        eos_fn=lambda rid, pos: rid == "r0").execute(coda)
-    assert asked.token_ids[0] == 5  # type: ignore[attr-defined]
-
-
-def test_signals_only_when_a_decode_row_needs_one() -> None:
-    ex = SimExecutor(signal_fn=lambda rid, pos, d: 0.25 + d / 10)
-    plain = Batch(0, Stage.RECURRENT, (ScheduledItem("a", 0, ItemKind.DECODE, 5, 1, depth=1),))
-    assert ex.execute(plain).decode_signals is None  # type: ignore[attr-defined]
-    needs = Batch(1, Stage.RECURRENT, (
-        ScheduledItem("a", 0, ItemKind.DECODE, 5, 1, depth=1, needs_signal=True),
-        ScheduledItem("b", 0, ItemKind.DECODE, 5, 1, depth=2),
-        ScheduledItem("p", 0, ItemKind.PROMPT, 0, 8, depth=0),
-    ))
-    assert ex.execute(needs).decode_signals == (pytest.approx(0.35), 0.0)  # type: ignore[attr-defined]

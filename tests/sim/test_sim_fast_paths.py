@@ -8,10 +8,10 @@ import pytest
 from engine.core import EngineCore, ExitConfig, SamplingParams
 from engine.core.records import RunRecorder
 from engine.core.results import StepRecord, step_kind
+from engine.core.seeded_executor import SeededExecutor
 from engine.core.shapes import TINY
 from sim.cost import make_cost_model
 from sim.cost.base import StepContext
-from sim.executor import SimExecutor
 from sim.exit_model import make_signal_fn
 from tests.helpers import drive, make_config
 
@@ -26,7 +26,7 @@ def test_recorder_rows_and_roofline_terms_on_every_arm(arm: str, shortcut: bool)
     core = EngineCore(cfg)
     for i in range(8):
         core.add_request(f"r{i}", list(range(3 + 7 * i)), SamplingParams(max_tokens=2 + i), 0.0)
-    ex = SimExecutor(signal_fn=make_signal_fn(exit_cfg, TINY.num_depths, seed=1))
+    ex = SeededExecutor(signal_fn=make_signal_fn(exit_cfg, TINY.num_depths, seed=1))
     batches = drive(core, ex).batches  # type: ignore[arg-type]
     stages = {step_kind(b) for b in batches}
     assert {"coda", "prelude", "decode"} <= stages

@@ -1,0 +1,28 @@
+"""StableSeeds gives stable_seed's values from kept per-request hashes, also after it drops
+them."""
+
+from __future__ import annotations
+
+from engine.core import stable_seeds
+from engine.core.exits import stable_seed
+from engine.core.stable_seeds import StableSeeds
+
+
+def test_the_same_values_as_stable_seed() -> None:
+    seeds = StableSeeds(7, "token")
+    for rid in ("r0", "req-'quoted'", "ünïcode", ""):
+        for pos in (0, 1, 17, 4095, 10**12):
+            assert seeds.at(rid, pos) == stable_seed(7, "token", rid, pos)
+            for depth in (0, 3):
+                assert seeds.at_depth(rid, pos, depth) == stable_seed(7, "token", rid, pos, depth)
+    single = StableSeeds(5)  # a one-part prefix: "(5," must not be cut to "(5"
+    assert single.at("r", 2) == stable_seed(5, "r", 2)
+
+
+def test_the_same_values_after_dropping_the_kept_hashes() -> None:
+    seeds = StableSeeds(1, "signal")
+    ids = [f"r{i}" for i in range(stable_seeds._MAX_REQUESTS + 10)]
+    first = [seeds.at_depth(rid, 3, 1) for rid in ids]
+    assert len(seeds._heads) < stable_seeds._MAX_REQUESTS
+    assert [seeds.at_depth(rid, 3, 1) for rid in ids] == first
+    assert first[-1] == stable_seed(1, "signal", ids[-1], 3, 1)
