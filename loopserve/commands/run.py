@@ -1,5 +1,7 @@
 """``loopserve run`` and ``loopserve sweep``: plan a scenario, execute every run, write the run
-folder (docs/design.md) and print the per-arm medians.
+folder (docs/design.md) and print the per-arm medians. vLLM's result flags
+(``--percentile-metrics``, ``--metric-percentiles``, ``--goodput``) are parsed before any run,
+so a bad value is one line (exit 2) with nothing run or written.
 
 Runs finish in memory before the output folder is staged and renamed, so bad input or an
 interrupted run leaves nothing behind.
@@ -15,14 +17,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from loopserve.commands import command_help
-from loopserve.commands.args import add_scenario_flags, integer
-from loopserve.commands.result_flags import add_result_flags, result_options
+from loopserve.commands.args import add_scenario_flags, flag_error, integer
 from loopserve.errors import UserError
 from loopserve.outputs import env_info, files, records
 from loopserve.outputs.rundata import load_run
 from loopserve.outputs.tables import FORMATS
 from loopserve.outputs.trace import write_trace
-from loopserve.outputs.vllm_run import ResultOptions, vllm_run_results
+from loopserve.outputs.vllm_results import METRICS, parse_goodput, parse_metrics, parse_percentiles
+from loopserve.outputs.vllm_run import PERCENTILES, ResultOptions, vllm_run_results
 from loopserve.report.page import write_run_report
 from loopserve.runs import equal_arms, interrupts
 from loopserve.runs.exit_source import exit_models, unmeasured_note
@@ -36,6 +38,8 @@ if TYPE_CHECKING:
     from loopserve.runs.ray_runs import RayOptions
 
 RESULTS_ROOT = Path("results")
+DEFAULT_METRICS = ",".join(METRICS)
+DEFAULT_PERCENTILES = ",".join(f"{p:g}" for p in PERCENTILES)
 
 
 def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -72,6 +76,29 @@ def format_sets(args: argparse.Namespace) -> list[str]:
     if fmt not in FORMATS:
         raise UserError("--format", f"{fmt!r}: use parquet or csv")
     return [*args.sets, f"outputs.format={fmt}"]
+
+
+def add_result_flags(p: argparse.ArgumentParser) -> None:
+    """Register the three flags (defaults: every metric at 50,90,99; the scenario's slo)."""
+    p.add_argument("--percentile-metrics", default=DEFAULT_METRICS, metavar="M,M",
+                   help=f"vllm_results.json's metrics, of {DEFAULT_METRICS} "
+                   f"(default {DEFAULT_METRICS})")
+    p.add_argument("--metric-percentiles", default=DEFAULT_PERCENTILES, metavar="P,P",
+                   help=f"their percentiles (default {DEFAULT_PERCENTILES})")
+    p.add_argument("--goodput", nargs="+", default=None, metavar="KEY:MS",
+                   help="per-request SLOs for request_goodput: ttft:MS tpot:MS e2el:MS "
+                   "(default: the scenario's slo, ttft_p99_ms as ttft and itl_p99_ms as tpot)")
+
+
+def result_options(args: argparse.Namespace) -> ResultOptions:
+    """The parsed flags; UserError naming the flag on a bad value."""
+    try:
+        return ResultOptions(
+            percentile_metrics=parse_metrics(args.percentile_metrics),
+            percentiles=parse_percentiles(args.metric_percentiles),
+            goodput=None if args.goodput is None else parse_goodput(args.goodput))
+    except ValueError as err:
+        raise flag_error(err, "--goodput") from None
 
 
 def main(args: argparse.Namespace, argv: list[str]) -> int:

@@ -13,7 +13,7 @@ from loopserve.runs.loop import each_run
 from loopserve.runs.metrics import summarize
 from loopserve.runs.plan import Plan, run_source
 from loopserve.runs.sweep import SweepPoint
-from loopserve.targets.base import RunSpec
+from loopserve.targets import RunSpec
 from loopserve.targets.real import RealTarget
 from sim.cost.profile import Profile
 from sim.cost.shape_grid import probe_shapes

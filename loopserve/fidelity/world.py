@@ -19,7 +19,7 @@ from loopserve.runs.loop import each_run, sim_target
 from loopserve.runs.metrics import Metrics, summarize
 from loopserve.runs.plan import Plan, run_source
 from loopserve.runs.sweep import SweepPoint
-from loopserve.targets.base import RunSpec
+from loopserve.targets import RunSpec
 from sim.cost.base import CostModel
 from sim.cost.calibrated import CalibratedCost
 from sim.cost.waits import Waits

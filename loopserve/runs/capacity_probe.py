@@ -28,7 +28,7 @@ from loopserve.runs.plan import Plan, plan_runs
 from loopserve.runs.summary import build_summary
 from loopserve.schema.load import validate
 from loopserve.schema.scenario import Scenario
-from loopserve.targets.base import Target
+from loopserve.targets import Target
 from loopserve.workloads import GammaWorkload, PoissonWorkload
 
 RATE_WORKLOADS = ("poisson", "gamma")

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 
 from engine.core.config import ModelShape
 from loopserve.errors import UserError
-from loopserve.runs.seeds import repeat_seed
+from loopserve.runs.sweep import repeat_seed
 from loopserve.schema.build import exit_config
 from loopserve.schema.exit_spec import SIGNAL_EXIT_MODES
 from loopserve.schema.scenario import Scenario

@@ -18,7 +18,7 @@ from loopserve.runs import interrupts
 from loopserve.runs.metrics import Metrics, summarize
 from loopserve.runs.plan import Plan, run_source
 from loopserve.runs.sweep import SweepPoint
-from loopserve.targets.base import RunSpec, Target
+from loopserve.targets import RunSpec, Target
 from loopserve.targets.sim import SimTarget
 from sim.validity import check
 

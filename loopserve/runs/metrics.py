@@ -33,8 +33,8 @@ import pandas as pd  # type: ignore[import-untyped]
 
 from engine.core.records import RunRecords
 from engine.core.results import TokenEvent
-from loopserve.runs.distribution import Distribution, distribution_ms
 from loopserve.runs.population import population_metrics
+from loopserve.runs.stats import Distribution, distribution_ms
 from sim.cluster.records import cluster_info
 
 STEP_COLUMNS: tuple[str, ...] = (

@@ -19,11 +19,10 @@ from engine.core.shapes import MODEL_SHAPES
 from loopserve.errors import UserError
 from loopserve.runs import equal_arms, footprint
 from loopserve.runs.exit_source import ExitSource, exit_source
-from loopserve.runs.seeds import repeat_seed
-from loopserve.runs.sweep import SweepPoint, expand, reference_point
+from loopserve.runs.sweep import SweepPoint, expand, reference_point, repeat_seed
 from loopserve.schema.build import engine_config, lifetime_bound, model_shape
 from loopserve.schema.scenario import Scenario
-from loopserve.targets.base import RunSpec, Target
+from loopserve.targets import RunSpec, Target
 from loopserve.workloads import build_source
 from sim.cluster.config import ClusterConfig
 from sim.cost import make_cost_model

@@ -26,7 +26,7 @@ from typing import Any, TypedDict
 import numpy as np
 
 from engine.core.records import RunRecords
-from loopserve.runs.distribution import distribution_ms
+from loopserve.runs.stats import distribution_ms
 
 
 def itl_key(row: Mapping[str, Any]) -> str:

@@ -20,7 +20,7 @@ from loopserve.runs.exit_depths import ExitDepthCounts, exit_depth_counts
 from loopserve.runs.loop import RunResult
 from loopserve.runs.metrics import Metrics
 from loopserve.runs.plan import Plan
-from loopserve.runs.spread import METHOD, Spread, spreads
+from loopserve.runs.stats import METHOD, Spread, spreads
 from loopserve.runs.sweep import PointRow
 
 # Summary fields that are not metrics (copied, never averaged).

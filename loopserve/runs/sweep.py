@@ -1,4 +1,5 @@
-"""Sweep points: ``variants`` (named override sets) x the ``sweep`` grid, in a stable order.
+"""Sweep points: ``variants`` (named override sets) x the ``sweep`` grid, in a stable order,
+and the seeds of each point's repeats.
 
 Point ids run variant-major, then over the cartesian product of the sweep lists in the order
 the sweep keys are written (the last key varies fastest). Each point is the scenario with its
@@ -13,6 +14,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, TypedDict
 
+from engine.core.exits import stable_seed
 from loopserve.errors import UserError
 from loopserve.schema.load import set_path, validate
 from loopserve.schema.scenario import Scalar, Scenario
@@ -42,6 +44,13 @@ class SweepPoint:
     @property
     def label(self) -> str:
         return ", ".join(f"{k}={v}" for k, v in self.values.items()) or "base"
+
+
+def repeat_seed(seed: int, repeat: int) -> int:
+    """The seed of repeat ``repeat``: the scenario's own seed for repeat 0 (so a one-repeat
+    run is that seed's run), else a hash of (seed, repeat), so no two (seed, repeat) pairs
+    share draws (``seed + repeat`` would make seed 0's repeat 1 seed 1's repeat 0)."""
+    return seed if repeat == 0 else stable_seed(seed, "repeat", repeat) >> 1
 
 
 def grid_values(scn: Scenario) -> list[dict[str, Scalar]]:

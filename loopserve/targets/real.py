@@ -22,7 +22,7 @@ from engine.runner import ModelRunner
 from loopserve.calibrate.allocator import steady_allocator
 from loopserve.errors import UserError
 from loopserve.schema.scenario import Scenario
-from loopserve.targets.base import RunSpec
+from loopserve.targets import RunSpec
 
 
 def check_device(target: str, flag: str = "--target") -> None:

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 
 from engine.core.config import ModelShape
 from engine.core.records import ArrivalSource, RunRecords
-from loopserve.targets.base import RunSpec
+from loopserve.targets import RunSpec
 from sim.cost.base import CostModel
 from sim.driver import simulate
 from sim.exit_model import ExitDraw, make_signal_fn

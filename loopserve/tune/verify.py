@@ -22,7 +22,7 @@ from loopserve.runs.capacity_probe import Criterion, at_rate, judge
 from loopserve.runs.loop import RunResult, run_checked, target_of
 from loopserve.runs.plan import Plan, plan_runs
 from loopserve.schema.scenario import Scenario
-from loopserve.targets.base import Target
+from loopserve.targets import Target
 from loopserve.targets.load import check_real
 from loopserve.tune.probe import run_probe
 from loopserve.tune.space import configure

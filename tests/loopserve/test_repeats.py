@@ -10,9 +10,10 @@ from typing import Any
 import numpy as np
 
 from loopserve.runs.loop import execute
-from loopserve.runs.plan import plan_runs, repeat_seed
-from loopserve.runs.spread import spreads
+from loopserve.runs.plan import plan_runs
+from loopserve.runs.stats import spreads
 from loopserve.runs.summary import build_summary, median_rows
+from loopserve.runs.sweep import repeat_seed
 from loopserve.schema import load_scenario
 from tests.scenario_fixtures import tiny, write_scenario
 
