@@ -116,7 +116,7 @@ def main(args: argparse.Namespace, argv: list[str]) -> int:
     # The measured world first, in a process not yet holding the simulator's records.
     real_world = run_real(real_plan, prof, progress=progress)
     real_runs = real_world.runs
-    cost = next(iter(sim_plan.costs.values()))
+    cost = sim_plan.points[0].cost
     assert isinstance(cost, CalibratedCost)  # the plan's cost is the profile's
     with interrupts.deferred():  # the compiled simulator must not see a signal's exception
         sim_runs = run_sim(sim_plan, progress=progress)
@@ -134,7 +134,7 @@ def main(args: argparse.Namespace, argv: list[str]) -> int:
                 for w, runs in (("sim", sim_runs), ("measured", real_runs)) for r in runs],
             runner=real_plan.real.info() if real_plan.real is not None else None,
             cost_model=sim_plan.cost_model,
-            exit_model=exit_models(sim_plan.exits)))
+            exit_model=exit_models(sim_plan.points)))
         write_fidelity_report(tmp / "report.html", scn, result, sim_runs, real_runs, cost)
     print(_table(result))
     print(f"report: {dest / 'report.html'}")

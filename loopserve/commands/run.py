@@ -118,7 +118,7 @@ def _main(args: argparse.Namespace, argv: list[str]) -> int:
     ray = ray_options(args)
     plan = plan_runs(scn, args.target)
     dest = files.run_destination(args.out, RESULTS_ROOT / scn.name, args.target)
-    note = unmeasured_note(plan.exits)
+    note = unmeasured_note(plan.points)
     if note is not None:
         print(f"loopserve: note: {note}", file=sys.stderr)
     # Deferred on the simulator only: its compiled driver must not see KeyboardInterrupt; the
@@ -176,9 +176,10 @@ def write_run(dest: Path, plan: Plan, runs: list[RunResult], *, argv: list[str],
                    "wall_s": round(r.records.wall_s, 6)} for r in runs]
         files.write_json(tmp / "env.json", env_info.collect(
             target=plan.target, hardware=scn.hardware, run_id=dest.name, argv=argv,
-            started_s=started_s, run_wall_s=timing, exit_model=exit_models(plan.exits),
+            started_s=started_s, run_wall_s=timing, exit_model=exit_models(plan.points),
             runner=plan.real.info() if plan.real is not None else None,
-            cost_model=plan.cost_model, cost_models=plan.cost_records,
+            cost_model=plan.cost_model,
+            cost_models={p.point_id: p.cost_record for p in plan.points},
             extra=_arm_facts(plan)))
         runs.clear()
         write_run_report([load_run(tmp, label=dest.name)], tmp, write_pngs=True)
@@ -190,8 +191,9 @@ def _arm_facts(plan: Plan) -> dict[str, object]:
     out: dict[str, object] = {}
     if plan.derived_chunks:
         out["derived_chunks"] = {str(p): c for p, c in sorted(plan.derived_chunks.items())}
-    if plan.unequal_arms:
-        out["unequal_arms"] = {str(p): d for p, d in sorted(plan.unequal_arms.items())}
+    unequal = {str(p.point_id): p.unequal_arms for p in plan.points if p.unequal_arms}
+    if unequal:
+        out["unequal_arms"] = unequal
     return out
 
 

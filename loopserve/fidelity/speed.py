@@ -65,7 +65,8 @@ def at_run_speed(plan: Plan, real: list[WorldRun], cost: CalibratedCost) -> AtRu
     if factor is None:
         return {"step_time_ratio": None, "arms": None}
     scaled = CalibratedCost(scaled_profile(cost.profile, factor))
-    sim = run_sim(replace(plan, costs={k: scaled for k in plan.costs}), progress=False)
+    scaled_plan = replace(plan, points=[replace(p, cost=scaled) for p in plan.points])
+    sim = run_sim(scaled_plan, progress=False)
     return {"step_time_ratio": factor, "arms": arm_errors(plan, sim, real)}
 
 

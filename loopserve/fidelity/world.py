@@ -91,7 +91,8 @@ def run_sim(plan: Plan, *, progress: bool = True) -> list[WorldRun]:
     target = sim_target(plan)
 
     def one(point: SweepPoint, spec: RunSpec) -> WorldRun:
-        capture = _Capture(plan.costs[spec.point_id])
+        assert point.cost is not None  # a simulated plan prices every point
+        capture = _Capture(point.cost)
         records = target.simulate(spec, run_source(point.scenario, spec.seed, plan.shape),
                                   capture)
         return WorldRun(spec, records, capture.batches, summarize(records, plan.shape.num_depths))

@@ -4,13 +4,13 @@ time, so a bad profile fails before any run; the label goes to env.json."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from engine.core.config import ModelShape
 from loopserve.errors import UserError
-from loopserve.runs.sweep import repeat_seed
+from loopserve.runs.sweep import SweepPoint, repeat_seed
 from loopserve.schema.build import exit_config
 from loopserve.schema.exit_spec import SIGNAL_EXIT_MODES
 from loopserve.schema.scenario import Scenario
@@ -96,11 +96,12 @@ def exit_source(scn: Scenario, shape: ModelShape, context: str = "") -> ExitSour
     return ExitSource("profile", profile, path, via, rows, e.draw)
 
 
-def unmeasured_note(exits: Mapping[int, ExitSource]) -> str | None:
+def unmeasured_note(points: Iterable[SweepPoint]) -> str | None:
     """The note to print when a point's adaptive exits have no measured profile."""
-    return UNMEASURED_NOTE if any(src.unmeasured for src in exits.values()) else None
+    return UNMEASURED_NOTE if any(p.exits is not None and p.exits.unmeasured
+                                  for p in points) else None
 
 
-def exit_models(exits: Mapping[int, ExitSource]) -> dict[str, object] | None:
+def exit_models(points: Iterable[SweepPoint]) -> dict[str, object] | None:
     """env.json's record of each simulated point's exit model (None for a real run)."""
-    return {str(i): src.describe() for i, src in exits.items()} or None
+    return {str(p.point_id): p.exits.describe() for p in points if p.exits is not None} or None

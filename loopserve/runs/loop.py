@@ -41,10 +41,7 @@ class RunResult:
 
 def sim_target(plan: Plan) -> SimTarget:
     """The simulator priced by the plan's cost models."""
-    return SimTarget(plan.shape, plan.costs,
-                     {p.point_id: p.scenario.exit.lambdas for p in plan.points},
-                     {i: src.profile for i, src in plan.exits.items()},
-                     {p.point_id: p.scenario.exit.draw for p in plan.points})
+    return SimTarget(plan.shape, {p.point_id: p for p in plan.points})
 
 
 def target_of(plan: Plan) -> Target:

@@ -181,7 +181,7 @@ def run_task(token: str, scenario: Scenario, cwd: str, index: int,
     if (spec.arm, spec.point_id, spec.repeat, spec.seed) != expect:
         raise RuntimeError(f"run {index} planned differently in the worker: "
                            f"{(spec.arm, spec.point_id, spec.repeat, spec.seed)} != {expect}")
-    point = next(p for p in plan.points if p.point_id == spec.point_id)
+    point = plan.point(spec.point_id)
     try:
         return run_checked(plan, target, point, spec)
     except ValueError as err:
