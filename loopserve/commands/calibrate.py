@@ -26,7 +26,7 @@ from typing import TypeVar
 
 import numpy as np
 
-from loopserve.calibrate.allocator import steady_allocator
+from engine.host_allocator import steady_allocator
 from loopserve.calibrate.result import CalibrationResult
 from loopserve.commands import command_help
 from loopserve.errors import UserError

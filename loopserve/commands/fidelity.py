@@ -24,7 +24,7 @@ import json
 import time
 from pathlib import Path
 
-from loopserve.calibrate.allocator import steady_allocator
+from engine.host_allocator import steady_allocator
 from loopserve.commands import command_help
 from loopserve.commands.args import add_scenario_flags
 from loopserve.errors import UserError
@@ -109,7 +109,7 @@ def main(args: argparse.Namespace, argv: list[str]) -> int:
     cal = load_scenario(args.scenario, sets)
     sim_plan = plan_runs(cal, "sim")
     real_plan = plan_runs(cal, args.target)
-    allocator = steady_allocator()  # as at calibration (see loopserve.calibrate.allocator)
+    allocator = steady_allocator()  # as at calibration (see engine.host_allocator)
     dest = files.run_destination(args.out, Path("results") / scn.name,
                                  f"fidelity-{args.target}")
     progress = not args.no_progress
@@ -134,7 +134,7 @@ def main(args: argparse.Namespace, argv: list[str]) -> int:
                 for w, runs in (("sim", sim_runs), ("measured", real_runs)) for r in runs],
             runner=real_plan.real.info() if real_plan.real is not None else None,
             cost_model=sim_plan.cost_model,
-            exit_model=exit_models(sim_plan.points)))
+            exit_model=exit_models({p.point_id: p.exits for p in sim_plan.points})))
         write_fidelity_report(tmp / "report.html", scn, result, sim_runs, real_runs, cost)
     print(_table(result))
     print(f"report: {dest / 'report.html'}")

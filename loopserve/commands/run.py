@@ -118,7 +118,7 @@ def _main(args: argparse.Namespace, argv: list[str]) -> int:
     ray = ray_options(args)
     plan = plan_runs(scn, args.target)
     dest = files.run_destination(args.out, RESULTS_ROOT / scn.name, args.target)
-    note = unmeasured_note(plan.points)
+    note = unmeasured_note(p.exits for p in plan.points)
     if note is not None:
         print(f"loopserve: note: {note}", file=sys.stderr)
     # Deferred on the simulator only: its compiled driver must not see KeyboardInterrupt; the
@@ -176,7 +176,8 @@ def write_run(dest: Path, plan: Plan, runs: list[RunResult], *, argv: list[str],
                    "wall_s": round(r.records.wall_s, 6)} for r in runs]
         files.write_json(tmp / "env.json", env_info.collect(
             target=plan.target, hardware=scn.hardware, run_id=dest.name, argv=argv,
-            started_s=started_s, run_wall_s=timing, exit_model=exit_models(plan.points),
+            started_s=started_s, run_wall_s=timing,
+            exit_model=exit_models({p.point_id: p.exits for p in plan.points}),
             runner=plan.real.info() if plan.real is not None else None,
             cost_model=plan.cost_model,
             cost_models={p.point_id: p.cost_record for p in plan.points},

@@ -114,8 +114,9 @@ def _plan_point(point: SweepPoint, shape: ModelShape, target: str,
         return replace(point, configs=configs, lifetime=lifetime, unequal_arms=unequal,
                        cost_record=describe_cost(scn.cost.kind, "measured", None, None))
     cost, record = _cost_model(scn, shape, context)
+    seeds = [repeat_seed(scn.seed, r) for r in range(scn.repeats)]
     return replace(point, configs=configs, lifetime=lifetime, unequal_arms=unequal,
-                   cost_record=record, cost=cost, exits=exit_source(scn, shape, context))
+                   cost_record=record, cost=cost, exits=exit_source(scn, shape, seeds, context))
 
 
 def _cluster(scn: Scenario) -> ClusterConfig | None:
