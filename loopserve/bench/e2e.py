@@ -35,9 +35,9 @@ from loopserve.bench.process import ServerProcess
 from loopserve.errors import UserError
 from loopserve.outputs.files import atomic_write, run_destination, staged_dir, write_scenario
 from loopserve.outputs.vllm_results import METRICS, outcomes_from_records, vllm_results
+from loopserve.plan import plan_runs
 from loopserve.runs import interrupts
 from loopserve.runs.loop import execute
-from loopserve.runs.plan import plan_runs
 from loopserve.schema import load_scenario
 from loopserve.schema.build import model_shape
 from loopserve.schema.load import validate

@@ -122,7 +122,7 @@ def _scenario_workload(scn: Scenario, repeats: int, independent: bool, vocab_siz
     seeds; ``independent``: other seeds, so no row is a simulated token's own): prompts,
     output lengths, (seed, request id) per prompt, and a provenance line."""
     from engine.core.exits import stable_seed
-    from loopserve.runs.sweep import repeat_seed
+    from loopserve.plan.sweep import repeat_seed
 
     prompts, counts, sources = [], [], []
     seeds = [stable_seed(scn.seed, "exit-profile", r) >> 1 if independent

@@ -38,9 +38,9 @@ from loopserve.fidelity.tail import tail_lines
 from loopserve.fidelity.targets import target_lines
 from loopserve.fidelity.world import WorldRun, run_sim
 from loopserve.outputs import env_info, files
+from loopserve.plan import plan_runs
+from loopserve.plan.exit_source import exit_models
 from loopserve.runs import interrupts
-from loopserve.runs.exit_source import exit_models
-from loopserve.runs.plan import plan_runs
 from loopserve.schema import load_scenario
 from loopserve.schema.scenario import Scenario
 from loopserve.targets.load import check_real

@@ -24,7 +24,7 @@ from typing import Any
 from loopserve.commands import command_help
 from loopserve.commands.args import add_scenario_flags, integer
 from loopserve.outputs import files
-from loopserve.runs.plan import plan_runs, run_source
+from loopserve.plan import plan_runs, run_source
 from loopserve.runs.sync_profile import StepInfo, arm_summary, assign, mismatches
 from loopserve.schema import load_scenario
 

@@ -25,14 +25,14 @@ from loopserve.outputs.tables import FORMATS
 from loopserve.outputs.trace import write_trace
 from loopserve.outputs.vllm_results import METRICS, parse_goodput, parse_metrics, parse_percentiles
 from loopserve.outputs.vllm_run import PERCENTILES, ResultOptions, vllm_run_results
+from loopserve.plan import TARGETS, Plan, equal_arms, plan_runs
+from loopserve.plan.exit_source import exit_models, unmeasured_note
 from loopserve.report.page import write_run_report
-from loopserve.runs import equal_arms, interrupts
-from loopserve.runs.exit_source import exit_models, unmeasured_note
+from loopserve.runs import interrupts
 from loopserve.runs.loop import RunResult, execute
-from loopserve.runs.metrics import metric
-from loopserve.runs.plan import TARGETS, Plan, plan_runs
-from loopserve.runs.summary import build_summary
 from loopserve.schema import load_scenario
+from loopserve.stats.metrics import metric
+from loopserve.stats.summary import build_summary
 
 if TYPE_CHECKING:
     from loopserve.runs.ray_runs import RayOptions

@@ -6,7 +6,7 @@ from __future__ import annotations
 from engine.core.records import BatchSignature, batch_signature
 from loopserve.fidelity.doc import BatchesSection, BatchRun
 from loopserve.fidelity.world import WorldRun
-from loopserve.runs.plan import Plan, run_source
+from loopserve.plan import Plan, run_source
 
 
 def describe_batch(sig: BatchSignature) -> str:

@@ -26,8 +26,8 @@ from loopserve.fidelity.exits import exit_fidelity
 from loopserve.fidelity.tail import tail
 from loopserve.fidelity.targets import targets
 from loopserve.fidelity.world import RealWorld, WorldRun
-from loopserve.runs.metrics import metric
-from loopserve.runs.plan import Plan
+from loopserve.plan import Plan
+from loopserve.stats.metrics import metric
 from sim.cost.calibrated import CalibratedCost
 from sim.cost.fit import contended as contended_step
 from sim.cost.profile import Profile

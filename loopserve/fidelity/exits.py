@@ -20,7 +20,7 @@ import numpy as np
 
 from loopserve.fidelity.doc import ExitArm, ExitsSection, ExitWorld, RequestLoops, RequestNoise
 from loopserve.fidelity.world import WorldRun
-from loopserve.runs.plan import Plan
+from loopserve.plan import Plan
 from sim.exit_profile import depth_histogram, tv_distance
 
 EXIT_TV_LIMIT = 0.05  # the target for the simulated exit-depth distribution

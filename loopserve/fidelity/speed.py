@@ -18,7 +18,7 @@ from dataclasses import replace
 from loopserve.fidelity.compare import arm_errors
 from loopserve.fidelity.doc import ArmErrors, AtRunSpeed
 from loopserve.fidelity.world import WorldRun, run_sim
-from loopserve.runs.plan import Plan
+from loopserve.plan import Plan
 from sim.cost.calibrated import CalibratedCost
 from sim.cost.profile import GridTerm, Profile, StageFit
 

@@ -15,10 +15,10 @@ from dataclasses import dataclass, field
 
 from engine.core.batch import Batch
 from engine.core.records import RunRecords
+from loopserve.plan import Plan, run_source
+from loopserve.plan.sweep import SweepPoint
 from loopserve.runs.loop import each_run, sim_target
-from loopserve.runs.metrics import Metrics, summarize
-from loopserve.runs.plan import Plan, run_source
-from loopserve.runs.sweep import SweepPoint
+from loopserve.stats.metrics import Metrics, summarize
 from loopserve.targets import RunSpec
 from sim.cost.base import CostModel
 from sim.cost.calibrated import CalibratedCost

@@ -1,7 +1,7 @@
 """The report's exit-depth figure: per arm (and run), the fraction of decode tokens that ran
 1, 2, ..., D loops at the reference point, with each series' mean loops per token.
 
-Read from summary.json's ``exit_depth_counts`` (``loopserve.runs.summary``); a run
+Read from summary.json's ``exit_depth_counts`` (``loopserve.stats.summary``); a run
 folder written before that key existed falls back to the per-token table when it has one.
 The first output token of a request (always D loops, from the prompt) is left out. No
 figure when every series runs all its tokens at one and the same depth (fixed exits: there

@@ -18,8 +18,8 @@ from typing import Any
 from loopserve.outputs.rundata import RunData
 from loopserve.report.compare import ARM_PAIRS
 from loopserve.report.markup import esc
-from loopserve.runs.metrics import metric
-from loopserve.runs.population import itl_key
+from loopserve.stats.metrics import metric
+from loopserve.stats.population import itl_key
 
 SAME_PCT = 0.5  # a change within 0.5% reads as "matches"
 # (summary key, sub-key, label)

@@ -102,7 +102,7 @@ def _cost_words(summary: Any, cost: Any, scenario: Any) -> str:
 
 def _exit_note(env: dict[str, Any]) -> str:
     """The warning a run whose adaptive exits no measured profile drove carries (env.json's
-    ``exit_model`` notes, ``loopserve.runs.exit_source``)."""
+    ``exit_model`` notes, ``loopserve.plan.exit_source``)."""
     models = env.get("exit_model") or {}
     notes = {m.get("note") for m in models.values() if isinstance(m, dict) and m.get("note")}
     return "".join(f"<br><b>note:</b> {esc(n)}" for n in sorted(notes))

@@ -24,7 +24,7 @@ from matplotlib.figure import Figure  # noqa: E402
 from matplotlib.ticker import FuncFormatter  # noqa: E402
 
 from loopserve.outputs.rundata import RunData  # noqa: E402
-from loopserve.runs.metrics import metric  # noqa: E402
+from loopserve.stats.metrics import metric  # noqa: E402
 
 ARM_COLORS = {"atomic": "#c0392b", "per_depth": "#e69f00", "mixed": "#0072b2"}
 ARM_MARKERS = {"atomic": "s", "per_depth": "^", "mixed": "o"}

@@ -7,8 +7,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from loopserve.outputs.rundata import RunData
-from loopserve.runs.metrics import metric
-from loopserve.runs.summary import MedianRow
+from loopserve.stats.metrics import metric
+from loopserve.stats.summary import MedianRow
 
 FLAG = "cache.enable_prefix_caching"
 HEAD = ("run", "point", "values", "arm", "queried tokens", "hit tokens", "hit rate",

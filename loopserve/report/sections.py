@@ -15,9 +15,9 @@ from loopserve.report.compare import (
     verdict_sentences,
 )
 from loopserve.report.markup import esc, num, table
-from loopserve.runs.metrics import metric
-from loopserve.runs.population import itl_key
-from loopserve.runs.summary import MedianRow
+from loopserve.stats.metrics import metric
+from loopserve.stats.population import itl_key
+from loopserve.stats.summary import MedianRow
 
 
 def _valid_cell(m: MedianRow) -> str:

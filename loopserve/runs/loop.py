@@ -14,10 +14,10 @@ from tqdm import tqdm
 
 from engine.core.records import RunRecords
 from loopserve.errors import UserError
+from loopserve.plan import Plan, run_source
+from loopserve.plan.sweep import SweepPoint
 from loopserve.runs import interrupts
-from loopserve.runs.metrics import Metrics, summarize
-from loopserve.runs.plan import Plan, run_source
-from loopserve.runs.sweep import SweepPoint
+from loopserve.stats.metrics import Metrics, summarize
 from loopserve.targets import RunSpec, Target
 from loopserve.targets.sim import SimTarget
 from sim.validity import check

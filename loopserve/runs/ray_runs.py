@@ -37,9 +37,9 @@ from typing import Any
 from tqdm import tqdm
 
 from loopserve.errors import UserError
+from loopserve.plan import Plan, plan_runs
 from loopserve.runs import interrupts, wire
 from loopserve.runs.loop import RunResult, run_checked, sim_target
-from loopserve.runs.plan import Plan, plan_runs
 from loopserve.schema.scenario import Scenario
 from loopserve.targets.sim import SimTarget
 

@@ -49,7 +49,7 @@ class ServeOptions:
 
 def _from_scenario(opts: ServeOptions) -> tuple[EngineConfig, Any, Any]:
     from engine.core.config import resolve_arm
-    from loopserve.runs.plan import plan_runs
+    from loopserve.plan import plan_runs
     from loopserve.schema import load_scenario
     from loopserve.targets.real import RealTarget
 

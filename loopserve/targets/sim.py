@@ -15,7 +15,7 @@ from sim.driver import simulate
 from sim.exit_model import make_signal_fn
 
 if TYPE_CHECKING:
-    from loopserve.runs.sweep import SweepPoint
+    from loopserve.plan.sweep import SweepPoint
 
 
 @dataclass(frozen=True)

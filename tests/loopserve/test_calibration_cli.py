@@ -249,7 +249,7 @@ def test_calibration_measures_the_exit_profile_a_simulation_then_reads(
     calibrated: Path,
 ) -> None:
     # calibrate, then simulate adaptive exits: measured gates, not the synthetic stream
-    from loopserve.runs.exit_source import exit_source
+    from loopserve.plan.exit_source import exit_source
     from loopserve.schema.build import model_shape
     from loopserve.schema.load import validate
     from sim.exit_profile import load_exit_profile

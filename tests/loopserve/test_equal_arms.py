@@ -10,7 +10,7 @@ import pytest
 import yaml
 
 from loopserve.cli import main
-from loopserve.runs.plan import plan_runs
+from loopserve.plan import plan_runs
 from loopserve.schema import load_scenario
 from tests.scenario_fixtures import tiny, write_scenario
 

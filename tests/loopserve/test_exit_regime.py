@@ -16,8 +16,8 @@ from engine.core.exits import OuroExit
 from engine.core.shapes import MODEL_SHAPES
 from loopserve.calibrate.exits import generated_prompts, measure_exit_profile
 from loopserve.cli import main
+from loopserve.plan import plan_runs
 from loopserve.runs.loop import execute
-from loopserve.runs.plan import plan_runs
 from loopserve.schema.scenario import Scenario
 from sim.exit_model import profile_signal_fn
 from sim.exit_profile import ExitProfile, exit_profile_json, implied_depths, load_exit_profile

@@ -11,11 +11,11 @@ from typing import Any
 import pytest
 
 from loopserve.outputs.trace import select_runs, trace_events, write_trace
+from loopserve.plan import plan_runs
+from loopserve.plan.sweep import grid_values, reference_point, repeat_seed
 from loopserve.runs.loop import execute
-from loopserve.runs.plan import plan_runs
-from loopserve.runs.summary import build_summary, median_rows
-from loopserve.runs.sweep import grid_values, reference_point, repeat_seed
 from loopserve.schema import load_scenario
+from loopserve.stats.summary import build_summary, median_rows
 from tests.scenario_fixtures import tiny, write_scenario
 
 

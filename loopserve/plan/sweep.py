@@ -4,7 +4,7 @@ and the seeds of each point's repeats.
 Point ids run variant-major, then over the cartesian product of the sweep lists in the order
 the sweep keys are written (the last key varies fastest). Each point is the scenario with its
 values applied and validated again, so a bad value names its field and point. Planning
-(``loopserve.runs.plan``) completes each point with what its runs need: each arm's engine
+(``loopserve.plan``) completes each point with what its runs need: each arm's engine
 config and, on the simulator, its cost model and exit model.
 """
 
@@ -23,7 +23,7 @@ from loopserve.schema.scenario import Scalar, Scenario
 
 if TYPE_CHECKING:
     from engine.core.config import EngineConfig
-    from loopserve.runs.exit_source import ExitSource
+    from loopserve.plan.exit_source import ExitSource
     from sim.cost.base import CostModel
     from sim.exit_model import ExitDraw
     from sim.exit_profile import ExitProfile

@@ -6,7 +6,9 @@ repeat so the arms stay paired.
 
 ``plan_runs`` resolves and validates everything first (points, one ``EngineConfig`` per arm
 and point, cost models, workload sources), so bad input fails before any run or file;
-``loopserve.runs.loop`` then runs the plan on its target.
+``loopserve.runs`` then runs the plan on its target. Its parts: the sweep grid and repeat
+seeds (``sweep``), equal arms (``equal_arms``), each point's exit model (``exit_source``) and
+the memory estimate (``footprint``).
 """
 
 from __future__ import annotations
@@ -17,9 +19,9 @@ from engine.core.config import ModelShape
 from engine.core.records import ArrivalSource
 from engine.core.shapes import MODEL_SHAPES
 from loopserve.errors import UserError
-from loopserve.runs import equal_arms, footprint
-from loopserve.runs.exit_source import exit_source
-from loopserve.runs.sweep import SweepPoint, expand, reference_point, repeat_seed
+from loopserve.plan import equal_arms, footprint
+from loopserve.plan.exit_source import exit_source
+from loopserve.plan.sweep import SweepPoint, expand, reference_point, repeat_seed
 from loopserve.schema.build import engine_config, lifetime_bound, model_shape
 from loopserve.schema.scenario import Scenario
 from loopserve.targets import RunSpec, Target

@@ -1,5 +1,7 @@
-"""The statistics summary.json carries: a latency metric's distribution over its samples, and
-how far a median over repeats can be trusted, its spread over the repeats.
+"""Statistics of runs: per-run metrics (``metrics``, with its ``population`` and
+``cluster_metrics`` sections) and summary.json's rows and medians (``summary``), built on the
+two defined here: a latency metric's distribution over its samples, and how far a median over
+repeats can be trusted, its spread over the repeats.
 
 A distribution is ``{mean, p50, p90, p99, max}`` in milliseconds (numpy's default linear
 percentiles; every value None without a sample).

@@ -6,7 +6,7 @@ prompt, and is left out, as in fidelity's exits section).
 
 Medians use the valid repeats when there are any (an invalid run is reported, never silently
 mixed into the comparison), else all repeats. Every median carries its spread over those
-repeats (``spread``, mirroring the metrics' keys: ``loopserve.runs.stats``). For the simulator
+repeats (``spread``, mirroring the metrics' keys: ``loopserve.stats``). For the simulator
 ``wall_s`` is null here so the file stays byte-identical across runs; the measured wall time
 goes to env.json.
 """
@@ -19,11 +19,11 @@ from typing import NotRequired, TypedDict, cast
 
 import numpy as np
 
+from loopserve.plan import Plan
+from loopserve.plan.sweep import PointRow
 from loopserve.runs.loop import RunResult
-from loopserve.runs.metrics import Metrics
-from loopserve.runs.plan import Plan
-from loopserve.runs.stats import METHOD, Spread, spreads
-from loopserve.runs.sweep import PointRow
+from loopserve.stats import METHOD, Spread, spreads
+from loopserve.stats.metrics import Metrics
 
 # Summary fields that are not metrics (copied, never averaged).
 KEY_FIELDS = ("arm", "target", "point_id", "repeat", "valid", "invalid_reason")
