@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from engine.core.records import RunRecords
+from engine.tokenizer import load_tokenizer
 from loopserve.bench import client
 from loopserve.bench.datasets import SampleRequest, arrival_offsets, sample_sharegpt
 from loopserve.bench.e2e_report import report_markdown
@@ -42,7 +43,6 @@ from loopserve.schema import load_scenario
 from loopserve.schema.build import model_shape
 from loopserve.schema.load import validate
 from loopserve.schema.scenario import Scenario
-from loopserve.server.tokenizer import load_tokenizer
 from loopserve.workloads.sharegpt import ShareGPTWorkload
 
 PERCENTILES = (50.0, 90.0, 99.0)

@@ -198,7 +198,7 @@ def main(args: argparse.Namespace, argv: list[str]) -> int:
         regimes = [own, *(r for r in regimes if r != own)]
         layout = scn.cache.layout
     if args.prompts:
-        from loopserve.server.tokenizer import load_tokenizer
+        from engine.tokenizer import load_tokenizer
 
         texts = _prompt_texts(Path(args.prompts))[: args.num_prompts]
         try:
