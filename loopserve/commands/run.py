@@ -29,9 +29,9 @@ from loopserve.plan import TARGETS, Plan, equal_arms, plan_runs
 from loopserve.plan.exit_source import exit_models, unmeasured_note
 from loopserve.report.page import write_run_report
 from loopserve.runs import interrupts
-from loopserve.runs.loop import RunResult, execute
+from loopserve.runs.loop import execute
 from loopserve.schema import load_scenario
-from loopserve.stats.metrics import metric
+from loopserve.stats.metrics import RunResult, metric
 from loopserve.stats.summary import build_summary
 
 if TYPE_CHECKING:

@@ -7,36 +7,21 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import TypeVar
 
 from tqdm import tqdm
 
-from engine.core.records import RunRecords
 from loopserve.errors import UserError
 from loopserve.plan import Plan, run_source
 from loopserve.plan.sweep import SweepPoint
 from loopserve.runs import interrupts
-from loopserve.stats.metrics import Metrics, summarize
+from loopserve.stats.metrics import RunResult, summarize
 from loopserve.targets import RunSpec, Target
 from loopserve.targets.sim import SimTarget
 from sim.validity import check
 
 T = TypeVar("T")
-
-
-@dataclass
-class RunResult:
-    """A finished run: raw records, validity reasons and its metrics summary."""
-
-    spec: RunSpec
-    records: RunRecords
-    invalid_reasons: list[str]
-    metrics: Metrics
-
-    @property
-    def valid(self) -> bool:
-        return not self.invalid_reasons
 
 
 def sim_target(plan: Plan) -> SimTarget:

@@ -39,8 +39,9 @@ from tqdm import tqdm
 from loopserve.errors import UserError
 from loopserve.plan import Plan, plan_runs
 from loopserve.runs import interrupts, wire
-from loopserve.runs.loop import RunResult, run_checked, sim_target
+from loopserve.runs.loop import run_checked, sim_target
 from loopserve.schema.scenario import Scenario
+from loopserve.stats.metrics import RunResult
 from loopserve.targets.sim import SimTarget
 
 INSTALL_HINT = "pip install 'loopserve[ray]'"

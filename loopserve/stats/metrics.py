@@ -25,8 +25,9 @@ own ITL/TPOT and the prompt-progress metrics of RFC §6 come from ``loopserve.st
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 from operator import attrgetter
-from typing import Any, NotRequired, TypedDict
+from typing import TYPE_CHECKING, Any, NotRequired, TypedDict
 
 import numpy as np
 import pandas as pd  # type: ignore[import-untyped]
@@ -36,6 +37,9 @@ from engine.core.results import TokenEvent
 from loopserve.stats import Distribution, distribution_ms
 from loopserve.stats.population import population_metrics
 from sim.cluster.records import cluster_info
+
+if TYPE_CHECKING:
+    from loopserve.targets import RunSpec
 
 STEP_COLUMNS: tuple[str, ...] = (
     "step", "start_s", "end_s", "stage", "core_calls", "num_decode_items", "num_prompt_items",
@@ -80,6 +84,20 @@ class Metrics(TypedDict):
     ttft_prefill_ms: NotRequired[Distribution]
     ttft_transfer_ms: NotRequired[Distribution]
     kv_transfer_ms: NotRequired[Distribution]
+
+
+@dataclass
+class RunResult:
+    """A finished run: raw records, validity reasons and its metrics summary."""
+
+    spec: RunSpec
+    records: RunRecords
+    invalid_reasons: list[str]
+    metrics: Metrics
+
+    @property
+    def valid(self) -> bool:
+        return not self.invalid_reasons
 
 
 def consecutive_tokens(records: RunRecords) -> list[tuple[TokenEvent, TokenEvent]]:

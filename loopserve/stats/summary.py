@@ -21,9 +21,8 @@ import numpy as np
 
 from loopserve.plan import Plan
 from loopserve.plan.sweep import PointRow
-from loopserve.runs.loop import RunResult
 from loopserve.stats import METHOD, Spread, spreads
-from loopserve.stats.metrics import Metrics
+from loopserve.stats.metrics import Metrics, RunResult
 
 # Summary fields that are not metrics (copied, never averaged).
 KEY_FIELDS = ("arm", "target", "point_id", "repeat", "valid", "invalid_reason")
