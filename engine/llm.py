@@ -135,7 +135,7 @@ class LLM:
     """Offline generation on the real engine: one EngineCore driven by one ModelRunner.
 
     ``model`` is a preset name, a checkpoint directory or a built ``OuroForCausalLM``;
-    ``tokenizer`` (anything with ``decoder()``, e.g. ``loopserve.server.tokenizer``'s) gives
+    ``tokenizer`` (anything with ``decoder()``, e.g. ``engine.tokenizer``'s) gives
     the outputs a text and enables stop strings; remaining keyword arguments are
     SchedulerConfig / CacheConfig fields. ``n > 1`` follows ``engine.parallel_sampling``.
     """

@@ -5,10 +5,10 @@
 
 from pathlib import Path
 
+from loopserve.plan import plan_runs
 from loopserve.runs.loop import execute
-from loopserve.runs.metrics import requests_frame, steps_frame, summarize
-from loopserve.runs.plan import plan_runs
 from loopserve.schema import load_scenario
+from loopserve.stats.metrics import requests_frame, steps_frame, summarize
 
 SCENARIO = Path(__file__).resolve().parents[1] / "scenarios" / "interference.yaml"
 

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pandas as pd
 
+from loopserve.plan import plan_runs
 from loopserve.runs.loop import execute
-from loopserve.runs.plan import plan_runs
 from loopserve.schema import load_scenario
 
 SCENARIO = Path(__file__).resolve().parents[1] / "scenarios" / "interference.yaml"

@@ -30,8 +30,8 @@ import torch
 
 from loopserve.bench import client
 from loopserve.bench.datasets import SampleRequest
-from loopserve.runs.metrics import inter_token_latencies
 from loopserve.server.launch import ServeOptions, bind, build_service, make_server
+from loopserve.stats.metrics import inter_token_latencies
 
 ROOT = Path(__file__).resolve().parents[1]
 TARGET_REQ_S = 500.0

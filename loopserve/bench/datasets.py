@@ -28,8 +28,8 @@ from typing import Any
 
 import numpy as np
 
+from engine.tokenizer import Tokenizer
 from loopserve.bench.schedule import arrival_offsets
-from loopserve.server.tokenizer import Tokenizer
 
 __all__ = ["SampleRequest", "arrival_offsets", "read_json_file", "sample_prefix_repetition",
            "sample_random", "sample_sharegpt"]

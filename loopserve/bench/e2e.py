@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from engine.core.records import RunRecords
+from engine.tokenizer import load_tokenizer
 from loopserve.bench import client
 from loopserve.bench.datasets import SampleRequest, arrival_offsets, sample_sharegpt
 from loopserve.bench.e2e_report import report_markdown
@@ -35,14 +36,13 @@ from loopserve.bench.process import ServerProcess
 from loopserve.errors import UserError
 from loopserve.outputs.files import atomic_write, run_destination, staged_dir, write_scenario
 from loopserve.outputs.vllm_results import METRICS, outcomes_from_records, vllm_results
+from loopserve.plan import plan_runs
 from loopserve.runs import interrupts
 from loopserve.runs.loop import execute
-from loopserve.runs.plan import plan_runs
 from loopserve.schema import load_scenario
 from loopserve.schema.build import model_shape
 from loopserve.schema.load import validate
 from loopserve.schema.scenario import Scenario
-from loopserve.server.tokenizer import load_tokenizer
 from loopserve.workloads.sharegpt import ShareGPTWorkload
 
 PERCENTILES = (50.0, 90.0, 99.0)

@@ -25,6 +25,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from engine.tokenizer import ByteTokenizer, load_tokenizer
 from loopserve.bench import client
 from loopserve.bench.probe import base_urls, probe
 from loopserve.bench.report import summary_table
@@ -54,7 +55,6 @@ from loopserve.outputs.vllm_results import (
     vllm_results,
 )
 from loopserve.schema.build import model_shape
-from loopserve.server.tokenizer import ByteTokenizer, load_tokenizer
 from loopserve.workloads.base import MAX_REQUESTS
 
 HEAD_KEYS = {"date", "endpoint_type", "backend", "label", "model_id", "tokenizer_id",

@@ -25,7 +25,7 @@ from pathlib import Path
 
 import numpy as np
 
-from loopserve.calibrate.allocator import steady_allocator
+from engine.host_allocator import steady_allocator
 from loopserve.calibrate.result import CalibrationResult
 from loopserve.commands import command_help
 from loopserve.commands.args import integer, number, real_target

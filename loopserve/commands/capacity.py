@@ -32,6 +32,7 @@ from loopserve.errors import UserError
 from loopserve.outputs import env_info, files
 from loopserve.outputs.vllm_results import parse_goodput
 from loopserve.outputs.vllm_run import slo_goodput
+from loopserve.plan import TARGETS, plan_runs
 from loopserve.report.figures import capacity_png
 from loopserve.runs import interrupts
 from loopserve.runs.capacity import search_capacity
@@ -44,7 +45,6 @@ from loopserve.runs.capacity_probe import (
     parse_slo,
     prober,
 )
-from loopserve.runs.plan import TARGETS, plan_runs
 from loopserve.schema import load_scenario
 from loopserve.schema.scenario import Scenario
 from loopserve.workloads.base import MIN_REQUEST_RATE

@@ -123,7 +123,7 @@ def _scenario_workload(scn: Scenario, repeats: int, independent: bool, vocab_siz
     seeds; ``independent``: other seeds, so no row is a simulated token's own): prompts,
     output lengths, (seed, request id) per prompt, and a provenance line."""
     from engine.core.exits import stable_seed
-    from loopserve.runs.seeds import repeat_seed
+    from loopserve.plan.sweep import repeat_seed
 
     prompts, counts, sources = [], [], []
     seeds = [stable_seed(scn.seed, "exit-profile", r) >> 1 if independent
@@ -198,7 +198,7 @@ def main(args: argparse.Namespace, argv: list[str]) -> int:
         regimes = [own, *(r for r in regimes if r != own)]
         layout = scn.cache.layout
     if args.prompts:
-        from loopserve.server.tokenizer import load_tokenizer
+        from engine.tokenizer import load_tokenizer
 
         texts = _prompt_texts(Path(args.prompts))[: args.num_prompts]
         try:

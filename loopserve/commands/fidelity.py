@@ -25,7 +25,7 @@ import json
 import time
 from pathlib import Path
 
-from loopserve.calibrate.allocator import steady_allocator
+from engine.host_allocator import steady_allocator
 from loopserve.commands import command_help
 from loopserve.commands.args import add_scenario_flags, real_target
 from loopserve.errors import UserError
@@ -38,9 +38,9 @@ from loopserve.fidelity.tail import tail_lines
 from loopserve.fidelity.targets import target_lines
 from loopserve.fidelity.world import WorldRun, run_sim
 from loopserve.outputs import env_info, files
+from loopserve.plan import plan_runs
+from loopserve.plan.exit_source import exit_models
 from loopserve.runs import interrupts
-from loopserve.runs.exit_source import exit_models
-from loopserve.runs.plan import plan_runs
 from loopserve.schema import load_scenario
 from loopserve.schema.scenario import Scenario
 from loopserve.targets.load import check_real
@@ -110,14 +110,14 @@ def main(args: argparse.Namespace, argv: list[str]) -> int:
     cal = load_scenario(args.scenario, sets)
     sim_plan = plan_runs(cal, "sim")
     real_plan = plan_runs(cal, args.target)
-    allocator = steady_allocator()  # as at calibration (see loopserve.calibrate.allocator)
+    allocator = steady_allocator()  # as at calibration (see engine.host_allocator)
     dest = files.run_destination(args.out, Path("results") / scn.name,
                                  f"fidelity-{args.target}")
     progress = not args.no_progress
     # The measured world first, in a process not yet holding the simulator's records.
     real_world = run_real(real_plan, prof, progress=progress)
     real_runs = real_world.runs
-    cost = next(iter(sim_plan.costs.values()))
+    cost = sim_plan.points[0].cost
     assert isinstance(cost, CalibratedCost | AfterIdleCost)  # the plan's cost is the profile's
     with interrupts.deferred():  # the compiled simulator must not see a signal's exception
         sim_runs = run_sim(sim_plan, progress=progress)
@@ -135,7 +135,7 @@ def main(args: argparse.Namespace, argv: list[str]) -> int:
                 for w, runs in (("sim", sim_runs), ("measured", real_runs)) for r in runs],
             runner=real_plan.real.info() if real_plan.real is not None else None,
             cost_model=sim_plan.cost_model,
-            exit_model=exit_models(sim_plan.exits)))
+            exit_model=exit_models({p.point_id: p.exits for p in sim_plan.points})))
         write_fidelity_report(tmp / "report.html", scn, result, sim_runs, real_runs, cost)
     print(_table(result))
     print(f"report: {dest / 'report.html'}")

@@ -24,7 +24,7 @@ from typing import Any
 from loopserve.commands import command_help
 from loopserve.commands.args import add_scenario_flags, integer
 from loopserve.outputs import files
-from loopserve.runs.plan import plan_runs, run_source
+from loopserve.plan import plan_runs, run_source
 from loopserve.runs.sync_profile import StepInfo, arm_summary, assign, mismatches
 from loopserve.schema import load_scenario
 
@@ -111,7 +111,7 @@ def main(args: argparse.Namespace, argv: list[str]) -> int:
     plan = plan_runs(scn, args.target)
     target = RealTarget(scn, args.target)
     ref = plan.reference_point_id
-    point = next(p for p in plan.points if p.point_id == ref)
+    point = plan.point(ref)
     dest = files.run_destination(args.out, RESULTS_ROOT / scn.name, f"profile-{args.target}")
     doc: dict[str, Any] = {"scenario": scn.name, "target": args.target, "point_id": ref,
                            "steps_limit": None if args.steps is None else max_steps,

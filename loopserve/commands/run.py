@@ -1,5 +1,7 @@
 """``loopserve run`` and ``loopserve sweep``: plan a scenario, execute every run, write the run
-folder (docs/design.md) and print the per-arm medians.
+folder (docs/design.md) and print the per-arm medians. vLLM's result flags
+(``--percentile-metrics``, ``--metric-percentiles``, ``--goodput``) are parsed before any run,
+so a bad value is one line (exit 2) with nothing run or written.
 
 Runs finish in memory before the output folder is staged and renamed, so bad input or an
 interrupted run leaves nothing behind.
@@ -15,27 +17,29 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from loopserve.commands import command_help
-from loopserve.commands.args import add_scenario_flags, integer
-from loopserve.commands.result_flags import add_result_flags, result_options
+from loopserve.commands.args import add_scenario_flags, flag_error, integer
 from loopserve.errors import UserError
 from loopserve.outputs import env_info, files, records
 from loopserve.outputs.rundata import load_run
 from loopserve.outputs.tables import FORMATS
 from loopserve.outputs.trace import write_trace
-from loopserve.outputs.vllm_run import ResultOptions, vllm_run_results
+from loopserve.outputs.vllm_results import METRICS, parse_goodput, parse_metrics, parse_percentiles
+from loopserve.outputs.vllm_run import PERCENTILES, ResultOptions, vllm_run_results
+from loopserve.plan import TARGETS, Plan, equal_arms, plan_runs
+from loopserve.plan.exit_source import exit_models, unmeasured_note
 from loopserve.report.page import write_run_report
-from loopserve.runs import equal_arms, interrupts
-from loopserve.runs.exit_source import exit_models, unmeasured_note
-from loopserve.runs.loop import RunResult, execute
-from loopserve.runs.metrics import metric
-from loopserve.runs.plan import TARGETS, Plan, plan_runs
-from loopserve.runs.summary import build_summary
+from loopserve.runs import interrupts
+from loopserve.runs.loop import execute
 from loopserve.schema import load_scenario
+from loopserve.stats.metrics import RunResult, metric
+from loopserve.stats.summary import build_summary
 
 if TYPE_CHECKING:
     from loopserve.runs.ray_runs import RayOptions
 
 RESULTS_ROOT = Path("results")
+DEFAULT_METRICS = ",".join(METRICS)
+DEFAULT_PERCENTILES = ",".join(f"{p:g}" for p in PERCENTILES)
 
 
 def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -74,6 +78,29 @@ def format_sets(args: argparse.Namespace) -> list[str]:
     return [*args.sets, f"outputs.format={fmt}"]
 
 
+def add_result_flags(p: argparse.ArgumentParser) -> None:
+    """Register the three flags (defaults: every metric at 50,90,99; the scenario's slo)."""
+    p.add_argument("--percentile-metrics", default=DEFAULT_METRICS, metavar="M,M",
+                   help=f"vllm_results.json's metrics, of {DEFAULT_METRICS} "
+                   f"(default {DEFAULT_METRICS})")
+    p.add_argument("--metric-percentiles", default=DEFAULT_PERCENTILES, metavar="P,P",
+                   help=f"their percentiles (default {DEFAULT_PERCENTILES})")
+    p.add_argument("--goodput", nargs="+", default=None, metavar="KEY:MS",
+                   help="per-request SLOs for request_goodput: ttft:MS tpot:MS e2el:MS "
+                   "(default: the scenario's slo, ttft_p99_ms as ttft and itl_p99_ms as tpot)")
+
+
+def result_options(args: argparse.Namespace) -> ResultOptions:
+    """The parsed flags; UserError naming the flag on a bad value."""
+    try:
+        return ResultOptions(
+            percentile_metrics=parse_metrics(args.percentile_metrics),
+            percentiles=parse_percentiles(args.metric_percentiles),
+            goodput=None if args.goodput is None else parse_goodput(args.goodput))
+    except ValueError as err:
+        raise flag_error(err, "--goodput") from None
+
+
 def main(args: argparse.Namespace, argv: list[str]) -> int:
     """Plan, execute, write; UserError on bad input (exit 2 by the CLI). SIGINT and SIGTERM
     end it with nothing written (``loopserve.runs.interrupts``: deferred while runs execute)."""
@@ -91,7 +118,7 @@ def _main(args: argparse.Namespace, argv: list[str]) -> int:
     ray = ray_options(args)
     plan = plan_runs(scn, args.target)
     dest = files.run_destination(args.out, RESULTS_ROOT / scn.name, args.target)
-    note = unmeasured_note(plan.exits)
+    note = unmeasured_note(p.exits for p in plan.points)
     if note is not None:
         print(f"loopserve: note: {note}", file=sys.stderr)
     # Deferred on the simulator only: its compiled driver must not see KeyboardInterrupt; the
@@ -149,9 +176,11 @@ def write_run(dest: Path, plan: Plan, runs: list[RunResult], *, argv: list[str],
                    "wall_s": round(r.records.wall_s, 6)} for r in runs]
         files.write_json(tmp / "env.json", env_info.collect(
             target=plan.target, hardware=scn.hardware, run_id=dest.name, argv=argv,
-            started_s=started_s, run_wall_s=timing, exit_model=exit_models(plan.exits),
+            started_s=started_s, run_wall_s=timing,
+            exit_model=exit_models({p.point_id: p.exits for p in plan.points}),
             runner=plan.real.info() if plan.real is not None else None,
-            cost_model=plan.cost_model, cost_models=plan.cost_records,
+            cost_model=plan.cost_model,
+            cost_models={p.point_id: p.cost_record for p in plan.points},
             extra=_arm_facts(plan)))
         runs.clear()
         write_run_report([load_run(tmp, label=dest.name)], tmp, write_pngs=True)
@@ -163,8 +192,9 @@ def _arm_facts(plan: Plan) -> dict[str, object]:
     out: dict[str, object] = {}
     if plan.derived_chunks:
         out["derived_chunks"] = {str(p): c for p, c in sorted(plan.derived_chunks.items())}
-    if plan.unequal_arms:
-        out["unequal_arms"] = {str(p): d for p, d in sorted(plan.unequal_arms.items())}
+    unequal = {str(p.point_id): p.unequal_arms for p in plan.points if p.unequal_arms}
+    if unequal:
+        out["unequal_arms"] = unequal
     return out
 
 

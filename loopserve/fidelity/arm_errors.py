@@ -8,8 +8,8 @@ import numpy as np
 
 from loopserve.fidelity.json_types import ArmErrors, MetricError
 from loopserve.fidelity.world import WorldRun
-from loopserve.runs.metrics import metric
-from loopserve.runs.plan import Plan
+from loopserve.plan import Plan
+from loopserve.stats.metrics import metric
 
 METRICS: dict[str, tuple[str, str | None]] = {
     "itl_p50_ms": ("itl_ms", "p50"),

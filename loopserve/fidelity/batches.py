@@ -6,7 +6,7 @@ from __future__ import annotations
 from engine.core.records import BatchSignature, batch_signature
 from loopserve.fidelity.json_types import BatchesSection, BatchRun
 from loopserve.fidelity.world import WorldRun
-from loopserve.runs.plan import Plan, run_source
+from loopserve.plan import Plan, run_source
 
 
 def describe_batch(sig: BatchSignature) -> str:
@@ -39,6 +39,6 @@ def batch_comparison(plan: Plan, sim: list[WorldRun], real: list[WorldRun]) -> B
 def _timed_arrivals(plan: Plan) -> bool:
     """Whether the workload has arrivals at t > 0 (then the schedule depends on timing)."""
     spec = plan.runs[0]
-    point = next(p for p in plan.points if p.point_id == spec.point_id)
+    point = plan.point(spec.point_id)
     src = run_source(point.scenario, spec.seed, plan.shape)
     return any((s.arrival_s or 0.0) > 0.0 for s in src.initial())

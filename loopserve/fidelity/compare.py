@@ -25,8 +25,8 @@ from loopserve.fidelity.machine import drift, machine, vs_fastest_repeat
 from loopserve.fidelity.tail import tail
 from loopserve.fidelity.targets import targets
 from loopserve.fidelity.world import RealWorld, WorldRun
-from loopserve.runs.metrics import metric
-from loopserve.runs.plan import Plan
+from loopserve.plan import Plan
+from loopserve.stats.metrics import metric
 from sim.cost.base import SplitCostModel
 from sim.cost.fit import contended as contended_step
 from sim.cost.profile import Profile

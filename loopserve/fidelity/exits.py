@@ -26,7 +26,7 @@ from loopserve.fidelity.json_types import (
     RequestNoise,
 )
 from loopserve.fidelity.world import WorldRun
-from loopserve.runs.plan import Plan
+from loopserve.plan import Plan
 from sim.exit_profile import depth_histogram, tv_distance
 
 EXIT_TV_LIMIT = 0.05  # the target for the simulated exit-depth distribution
@@ -119,7 +119,7 @@ def exit_fidelity(plan: Plan, sim: list[WorldRun], real: list[WorldRun]) -> Exit
         tv = round(tv_distance(s["depth_fractions"], m["depth_fractions"]), 6)
         arms[arm] = {"sim": s, "measured": m, "tv_distance": tv,
                      "met": tv <= EXIT_TV_LIMIT, "request_noise": request_noise(m_runs, d)}
-    src = plan.exits.get(ref)
+    src = plan.point(ref).exits
     return {"exit_model": src.describe() if src is not None else {"kind": "core"},
             "tv_limit": EXIT_TV_LIMIT, "arms": arms}
 

@@ -48,8 +48,8 @@ from loopserve.fidelity.json_types import (
     Machine,
 )
 from loopserve.fidelity.world import RealWorld, WorldRun, run_sim
-from loopserve.runs.metrics import metric
-from loopserve.runs.plan import Plan
+from loopserve.plan import Plan
+from loopserve.stats.metrics import metric
 from sim.cost.base import SplitCostModel
 from sim.cost.calibrated import CalibratedCost
 from sim.cost.profile import GridTerm, Profile, StageFit
@@ -171,7 +171,8 @@ def at_run_speed(plan: Plan, real: list[WorldRun], cost: SplitCostModel,
         return {"step_time_ratio": None, "arms": None}
     scaled_prof = scaled_profile(profile, factor)
     scaled = compose(CalibratedCost(scaled_prof), scaled_prof)
-    sim = run_sim(replace(plan, costs={k: scaled for k in plan.costs}), progress=False)
+    scaled_plan = replace(plan, points=[replace(p, cost=scaled) for p in plan.points])
+    sim = run_sim(scaled_plan, progress=False)
     return {"step_time_ratio": factor, "arms": arm_errors(plan, sim, real)}
 
 

@@ -9,11 +9,11 @@ from engine.realtime import run_realtime
 from loopserve.calibrate.host_gap import RecordingRunner
 from loopserve.calibrate.measure import CalibrationRig, config_for, time_probes
 from loopserve.fidelity.world import RealWorld, WorldRun
+from loopserve.plan import Plan, run_source
+from loopserve.plan.sweep import SweepPoint
 from loopserve.runs.loop import each_run
-from loopserve.runs.metrics import summarize
-from loopserve.runs.plan import Plan, run_source
-from loopserve.runs.sweep import SweepPoint
-from loopserve.targets.base import RunSpec
+from loopserve.stats.metrics import summarize
+from loopserve.targets import RunSpec
 from loopserve.targets.real import RealTarget
 from sim.cost.profile import Profile
 from sim.cost.shape_grid import probe_shapes

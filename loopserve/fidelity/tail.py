@@ -23,7 +23,7 @@ import numpy as np
 
 from loopserve.fidelity.json_types import TailKind, TailRun, TailSection
 from loopserve.fidelity.world import WorldRun
-from loopserve.runs.metrics import consecutive_tokens
+from loopserve.stats.metrics import consecutive_tokens
 from sim.cost.base import SplitCostModel
 
 PERCENTILE = 99.0

@@ -15,11 +15,11 @@ from dataclasses import dataclass, field
 
 from engine.core.batch import Batch
 from engine.core.records import RunRecords
+from loopserve.plan import Plan, run_source
+from loopserve.plan.sweep import SweepPoint
 from loopserve.runs.loop import each_run, sim_target
-from loopserve.runs.metrics import Metrics, summarize
-from loopserve.runs.plan import Plan, run_source
-from loopserve.runs.sweep import SweepPoint
-from loopserve.targets.base import RunSpec
+from loopserve.stats.metrics import Metrics, summarize
+from loopserve.targets import RunSpec
 from sim.cost.base import CostModel, SplitCostModel, StepContext
 from sim.cost.waits import Waits
 
@@ -89,7 +89,8 @@ def run_sim(plan: Plan, *, progress: bool = True) -> list[WorldRun]:
     target = sim_target(plan)
 
     def one(point: SweepPoint, spec: RunSpec) -> WorldRun:
-        capture = _Capture(plan.costs[spec.point_id])
+        assert point.cost is not None  # a simulated plan prices every point
+        capture = _Capture(point.cost)
         records = target.simulate(spec, run_source(point.scenario, spec.seed, plan.shape),
                                   capture)
         return WorldRun(spec, records, capture.batches, summarize(records, plan.shape.num_depths))

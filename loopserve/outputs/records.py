@@ -21,8 +21,7 @@ from typing import Any
 import numpy as np
 
 from loopserve.outputs.tables import Codes, Columns, Schema, write_table
-from loopserve.runs.loop import RunResult
-from loopserve.runs.metrics import inter_token_latencies
+from loopserve.stats.metrics import RunResult, inter_token_latencies
 from sim.cluster.records import ClusterInfo, cluster_info
 
 RUN_KEY_SCHEMA: Schema = (("arm", "text"), ("point_id", "int"), ("repeat", "int"))

@@ -21,8 +21,8 @@ from engine.core.guarded_read import FileReadError, read_json, read_text
 from loopserve.errors import UserError
 from loopserve.outputs.records import ITL_COLUMNS, RUN_KEY_COLUMNS, TOKENS_COLUMNS
 from loopserve.outputs.tables import find_table, read_table
-from loopserve.runs.summary import MedianRow, Summary
-from loopserve.runs.sweep import PointRow, reference_point
+from loopserve.plan.sweep import PointRow, reference_point
+from loopserve.stats.summary import MedianRow, Summary
 from sim.profile_file import validation_line
 
 REQUIRED_FILES = ("summary.json", "scenario.yaml")
@@ -39,7 +39,7 @@ class _Row(BaseModel):
 
 
 class _SummaryShape(BaseModel):
-    """summary.json's shape (``loopserve.runs.summary.Summary``), checked before the report
+    """summary.json's shape (``loopserve.stats.summary.Summary``), checked before the report
     reads it, so a hand-edited or foreign file is one line, not a KeyError."""
 
     points: list[dict[str, Any]] = Field(min_length=1)

@@ -18,7 +18,7 @@ from collections.abc import Collection, Sequence
 from pathlib import Path
 from typing import Any
 
-from loopserve.runs.loop import RunResult
+from loopserve.stats.metrics import RunResult
 
 _US = 1e6
 _INJECTED_TID = 1000

@@ -21,8 +21,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from loopserve.outputs.vllm_results import METRICS, outcomes_from_records, vllm_results
-from loopserve.runs.loop import RunResult
 from loopserve.schema.scenario import SloSpec
+from loopserve.stats.metrics import RunResult
 
 PERCENTILES = (50.0, 90.0, 99.0)
 DETAILED_KEYS = ("input_lens", "output_lens", "ttfts", "itls", "generated_texts", "errors")

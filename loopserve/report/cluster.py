@@ -19,7 +19,7 @@ from typing import Any
 
 from loopserve.outputs.rundata import RunData
 from loopserve.report.sections import Table, num
-from loopserve.runs.metrics import metric
+from loopserve.stats.metrics import metric
 
 RATE_KEY = "workload.request_rate"
 SAME_PCT = 0.5

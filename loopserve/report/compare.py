@@ -19,9 +19,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from loopserve.outputs.rundata import RunData
-from loopserve.runs.metrics import metric
-from loopserve.runs.population import itl_key
-from loopserve.runs.sweep import VARIANT_KEY, PointRow
+from loopserve.plan.sweep import VARIANT_KEY, PointRow
+from loopserve.stats.metrics import metric
+from loopserve.stats.population import itl_key
 
 # (summary key, sub-key or None, label, higher is better)
 METRICS: tuple[tuple[str, str | None, str, bool], ...] = (
@@ -40,7 +40,7 @@ METRICS: tuple[tuple[str, str | None, str, bool], ...] = (
     ("injected_tpot_ms", "mean", "injected TPOT mean (ms)", False),
 )
 # Shown in the medians table, never ranked: how prompt work is spread, not better or worse
-# (loopserve.runs.population).
+# (loopserve.stats.population).
 DESCRIPTIVE: tuple[tuple[str, str | None, str, bool], ...] = (
     ("prompt_depths_per_step", "mean", "prompt depths/step mean", True),
     ("prompt_depths_per_step", "max", "prompt depths/step max", True),

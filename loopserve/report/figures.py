@@ -28,7 +28,7 @@ from loopserve.report.style import (
     slo_lines,
     tail_axes,
 )
-from loopserve.runs.metrics import metric
+from loopserve.stats.metrics import metric
 
 # (summary key, sub-key or None, axis label, higher is better)
 SWEEP_METRICS = (

@@ -99,7 +99,7 @@ def _run_header(run: RunData) -> dict[str, Any]:
     """One run's line at the top: target, model, cost model (the resolved one, else what the
     scenario asked for), arms, size, the attention backend of a real target, provenance, and
     the note of a run whose adaptive exits no measured profile drove (env.json's
-    ``exit_model``, ``loopserve.runs.exit_source``)."""
+    ``exit_model``, ``loopserve.plan.exit_source``)."""
     s, env = run.scenario, run.env
     git = env.get("git", {})
     cost = cost_model_text(run.summary)

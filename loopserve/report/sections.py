@@ -20,9 +20,9 @@ from loopserve.report.compare import (
     point_headline,
     verdict_sentences,
 )
-from loopserve.runs.metrics import metric
-from loopserve.runs.population import itl_key
-from loopserve.runs.summary import MedianRow
+from loopserve.stats.metrics import metric
+from loopserve.stats.population import itl_key
+from loopserve.stats.summary import MedianRow
 
 TAIL_PERCENTILES = (50.0, 90.0, 99.0, 99.9)
 PREFIX_FLAG = "cache.enable_prefix_caching"

@@ -1,3 +1,4 @@
-"""Runs of a scenario: planning (``plan``: points, configs, cost models, sources, all
-validated before anything runs), the loop over points, repeats and arms (``loop``), the sweep
-grid (``sweep``), per-run metrics (``metrics``) and summary.json's rows (``summary``)."""
+"""Execution of a plan (``loopserve.plan``): the loop over its runs on their target
+(``loop``), the same runs as Ray tasks (``ray_runs``, records across processes by
+``record_pickling``), signal handling (``interrupts``), and the capacity search and its
+probes (``capacity``, ``capacity_probe``)."""

@@ -22,13 +22,13 @@ import numpy as np
 
 from loopserve.errors import UserError
 from loopserve.outputs.vllm_run import ResultOptions, vllm_run_results
+from loopserve.plan import Plan, plan_runs
 from loopserve.runs.loop import execute
-from loopserve.runs.metrics import metric
-from loopserve.runs.plan import Plan, plan_runs
-from loopserve.runs.summary import build_summary
 from loopserve.schema.load import validate
 from loopserve.schema.scenario import Scenario
-from loopserve.targets.base import Target
+from loopserve.stats.metrics import metric
+from loopserve.stats.summary import build_summary
+from loopserve.targets import Target
 from loopserve.workloads import GammaWorkload, PoissonWorkload
 
 RATE_WORKLOADS = ("poisson", "gamma")

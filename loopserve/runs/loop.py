@@ -7,44 +7,26 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import TypeVar
 
 from tqdm import tqdm
 
-from engine.core.records import RunRecords
 from loopserve.errors import UserError
+from loopserve.plan import Plan, run_source
+from loopserve.plan.sweep import SweepPoint
 from loopserve.runs import interrupts
-from loopserve.runs.metrics import Metrics, summarize
-from loopserve.runs.plan import Plan, run_source
-from loopserve.runs.sweep import SweepPoint
-from loopserve.targets.base import RunSpec, Target
+from loopserve.stats.metrics import RunResult, summarize
+from loopserve.targets import RunSpec, Target
 from loopserve.targets.sim import SimTarget
 from sim.validity import check
 
 T = TypeVar("T")
 
 
-@dataclass
-class RunResult:
-    """A finished run: raw records, validity reasons and its metrics summary."""
-
-    spec: RunSpec
-    records: RunRecords
-    invalid_reasons: list[str]
-    metrics: Metrics
-
-    @property
-    def valid(self) -> bool:
-        return not self.invalid_reasons
-
-
 def sim_target(plan: Plan) -> SimTarget:
     """The simulator priced by the plan's cost models."""
-    return SimTarget(plan.shape, plan.costs,
-                     {p.point_id: p.scenario.exit.lambdas for p in plan.points},
-                     {i: src.profile for i, src in plan.exits.items()},
-                     {p.point_id: p.scenario.exit.draw for p in plan.points})
+    return SimTarget(plan.shape, {p.point_id: p for p in plan.points})
 
 
 def target_of(plan: Plan) -> Target:

@@ -37,10 +37,11 @@ from typing import Any
 from tqdm import tqdm
 
 from loopserve.errors import UserError
+from loopserve.plan import Plan, plan_runs
 from loopserve.runs import interrupts, record_pickling
-from loopserve.runs.loop import RunResult, run_checked, sim_target
-from loopserve.runs.plan import Plan, plan_runs
+from loopserve.runs.loop import run_checked, sim_target
 from loopserve.schema.scenario import Scenario
+from loopserve.stats.metrics import RunResult
 from loopserve.targets.sim import SimTarget
 
 INSTALL_HINT = "pip install 'loopserve[ray]'"
@@ -181,7 +182,7 @@ def run_task(token: str, scenario: Scenario, cwd: str, index: int,
     if (spec.arm, spec.point_id, spec.repeat, spec.seed) != expect:
         raise RuntimeError(f"run {index} planned differently in the worker: "
                            f"{(spec.arm, spec.point_id, spec.repeat, spec.seed)} != {expect}")
-    point = next(p for p in plan.points if p.point_id == spec.point_id)
+    point = plan.point(spec.point_id)
     try:
         return run_checked(plan, target, point, spec)
     except ValueError as err:

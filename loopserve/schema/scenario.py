@@ -32,7 +32,7 @@ from loopserve.workloads.base import MAX_NUM_SEQS, MAX_REQUEST_TOKENS
 Scalar = bool | int | float | str
 # Fields a sweep or variant may not vary: they define the run itself.
 UNSWEEPABLE = ("name", "arms", "repeats", "sweep", "variants", "model", "outputs", "tune")
-# Upper bounds of sizes; the memory estimate (loopserve.runs.footprint) covers
+# Upper bounds of sizes; the memory estimate (loopserve.plan.footprint) covers
 # what fits below them.
 SCHEDULER_BOUNDS = {"max_num_seqs": MAX_NUM_SEQS, "max_num_batched_tokens": MAX_REQUEST_TOKENS,
                     "prefill_chunk_size": MAX_REQUEST_TOKENS}
@@ -149,7 +149,7 @@ class Scenario(StrictModel):
     scheduler: SchedulerSpec = Field(default_factory=SchedulerSpec)  # type: ignore[valid-type]
     arm_overrides: dict[str, SchedulerOverride] = Field(default_factory=dict)  # type: ignore[valid-type]
     # RFC §6: every arm runs the same budget, max_num_seqs and chunk; true lets arm_overrides
-    # change them (loopserve.runs.equal_arms), and the report flags it.
+    # change them (loopserve.plan.equal_arms), and the report flags it.
     allow_unequal_arms: bool = False
     cache: CacheSpec = Field(default_factory=CacheSpec)
     exit: ExitSpec = Field(default_factory=ExitSpec)

@@ -20,6 +20,7 @@ from typing import Any
 import uvicorn
 
 from engine.core.config import DEFAULT_ARM, EngineConfig
+from engine.tokenizer import load_tokenizer
 from loopserve.errors import UserError
 from loopserve.server.app import build_app
 from loopserve.server.chat_template import ChatTemplateError, load_chat_template
@@ -27,7 +28,6 @@ from loopserve.server.engine_thread import EngineThread
 from loopserve.server.metrics import ServerMetrics
 from loopserve.server.params import Limits
 from loopserve.server.service import Service
-from loopserve.server.tokenizer import load_tokenizer
 
 
 @dataclass(frozen=True)
@@ -49,7 +49,7 @@ class ServeOptions:
 
 def _from_scenario(opts: ServeOptions) -> tuple[EngineConfig, Any, Any]:
     from engine.core.config import resolve_arm
-    from loopserve.runs.plan import plan_runs
+    from loopserve.plan import plan_runs
     from loopserve.schema import load_scenario
     from loopserve.targets.real import RealTarget
 

@@ -8,6 +8,7 @@ from typing import Any
 
 from engine.core.config import EngineConfig, ExitConfig
 from engine.core.request import SamplingParams
+from engine.tokenizer import Tokenizer
 from loopserve.server.chat_template import ChatTemplate, ChatTemplateError
 from loopserve.server.protocol import (
     MAX_PROMPTS,
@@ -16,7 +17,6 @@ from loopserve.server.protocol import (
     SamplingRequest,
     stop_strings,
 )
-from loopserve.server.tokenizer import Tokenizer
 
 
 @dataclass(frozen=True, slots=True)

@@ -5,11 +5,11 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 
+from engine.tokenizer import Tokenizer
 from loopserve.server.chat_template import ChatTemplate
 from loopserve.server.engine_thread import EngineThread
 from loopserve.server.metrics import ServerMetrics
 from loopserve.server.params import Limits
-from loopserve.server.tokenizer import Tokenizer
 
 
 @dataclass

@@ -9,7 +9,7 @@ from types import ModuleType
 from loopserve.errors import UserError
 from loopserve.runs import interrupts
 from loopserve.schema.scenario import Scenario
-from loopserve.targets.base import Target
+from loopserve.targets import Target
 
 
 def _real() -> ModuleType:

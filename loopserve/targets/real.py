@@ -14,15 +14,15 @@ import torch
 
 from engine.core.config import EngineConfig
 from engine.core.records import ArrivalSource, RunRecords
+from engine.host_allocator import steady_allocator
 from engine.llm import build_runner
 from engine.model.alloc import default_dtype
 from engine.model.build import build_model
 from engine.realtime import run_realtime
 from engine.runner import ModelRunner
-from loopserve.calibrate.allocator import steady_allocator
 from loopserve.errors import UserError
 from loopserve.schema.scenario import Scenario
-from loopserve.targets.base import RunSpec
+from loopserve.targets import RunSpec
 
 
 def check_device(target: str, flag: str = "--target") -> None:

@@ -13,12 +13,12 @@ import os
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from loopserve.plan import plan_runs
 from loopserve.runs.capacity_probe import Criterion, at_rate, judge
 from loopserve.runs.loop import execute
-from loopserve.runs.metrics import metric
-from loopserve.runs.plan import plan_runs
-from loopserve.runs.summary import median_rows, run_row
 from loopserve.schema.scenario import Scenario
+from loopserve.stats.metrics import metric
+from loopserve.stats.summary import median_rows, run_row
 
 # latencies read at every probe (median over repeats), whatever the SLO
 REPORTED = ("ttft_p99_ms", "itl_p99_ms", "tpot_p99_ms")

@@ -18,8 +18,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from loopserve.errors import UserError
+from loopserve.plan import plan_runs
 from loopserve.runs.capacity_probe import at_rate
-from loopserve.runs.plan import plan_runs
 from loopserve.schema.load import set_path, validate
 from loopserve.schema.scenario import Scalar, Scenario
 

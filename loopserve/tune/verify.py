@@ -17,12 +17,13 @@ from typing import Any
 from tqdm import tqdm
 
 from loopserve.outputs.vllm_run import slo_goodput
+from loopserve.plan import Plan, plan_runs
 from loopserve.runs import interrupts
 from loopserve.runs.capacity_probe import Criterion, at_rate, judge
-from loopserve.runs.loop import RunResult, run_checked, target_of
-from loopserve.runs.plan import Plan, plan_runs
+from loopserve.runs.loop import run_checked, target_of
 from loopserve.schema.scenario import Scenario
-from loopserve.targets.base import Target
+from loopserve.stats.metrics import RunResult
+from loopserve.targets import Target
 from loopserve.targets.load import check_real
 from loopserve.tune.probe import run_probe
 from loopserve.tune.space import configure

@@ -18,9 +18,8 @@ from loopserve.workloads.base import (
     length_max,
     prompt_ids,
 )
-from loopserve.workloads.gamma import GammaWorkload
 from loopserve.workloads.interference import Injection, InterferenceWorkload
-from loopserve.workloads.poisson import PoissonWorkload
+from loopserve.workloads.poisson import GammaWorkload, PoissonWorkload
 from loopserve.workloads.sharegpt import ShareGPTWorkload, approx_tokens, load_sharegpt
 from loopserve.workloads.trace import TraceRow, TraceWorkload, load_trace
 

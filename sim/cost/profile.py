@@ -93,7 +93,7 @@ class Provenance(BaseModel):
     repeats: int | None = None
     contended_fraction: float | None = None
     probe_s: dict[str, float] | None = None  # reference steps (loopserve.calibrate.measure)
-    allocator: str | None = None  # host allocator settings (loopserve.calibrate.allocator)
+    allocator: str | None = None  # host allocator settings (engine.host_allocator)
     seconds: float | None = None
     command: list[str] | None = None
 

@@ -39,7 +39,7 @@ def test_all_of_sim_imports_no_torch() -> None:
 
 
 def test_the_simulator_path_of_the_user_layer_imports_no_torch() -> None:
-    imports = ("loopserve.cli, loopserve.workloads, loopserve.runs.metrics, "
+    imports = ("loopserve.cli, loopserve.workloads, loopserve.stats.metrics, "
                "loopserve.targets.sim, loopserve.report.page")
     assert _loaded_after(imports, ("torch",)) == []
 

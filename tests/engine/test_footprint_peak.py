@@ -1,4 +1,4 @@
-"""The footprint estimate (``loopserve.runs.footprint.device_bytes``) against a measured peak:
+"""The footprint estimate (``loopserve.plan.footprint.device_bytes``) against a measured peak:
 a CPU run of the ``small`` model in a fresh process, per arm. The peak is the largest growth
 of the process's resident set over the run, sampled every half millisecond by a thread,
 after a warm-up run has loaded torch's kernels and libraries (tracemalloc cannot see torch's
@@ -16,7 +16,7 @@ import pytest
 
 from engine.core.config import CacheConfig, EngineConfig, SchedulerConfig
 from engine.core.shapes import SMALL
-from loopserve.runs import footprint
+from loopserve.plan import footprint
 
 MULTIPLE = 2.0
 ROOT = Path(__file__).resolve().parents[2]

@@ -12,7 +12,7 @@ import tempfile
 from pathlib import Path
 
 from loopserve.cli import main
-from loopserve.runs.footprint import LIMIT_ENV
+from loopserve.plan.footprint import LIMIT_ENV
 from tests.loopserve.bad_input_cases import Case
 
 

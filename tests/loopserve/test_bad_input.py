@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from loopserve.runs.footprint import LIMIT_ENV
+from loopserve.plan.footprint import LIMIT_ENV
 from tests.loopserve.bad_input_cases import (
     ALIAS_BOMB,
     NAN_PROFILE,

@@ -11,6 +11,7 @@ import pytest
 from engine.core.columns import TokenTable
 from engine.core.records import RequestRecord, RunRecords
 from engine.core.results import TokenEvent
+from engine.tokenizer import ByteTokenizer
 from loopserve.bench.datasets import arrival_offsets, sample_random, sample_sharegpt
 from loopserve.outputs.vllm_results import (
     RequestOutcome,
@@ -18,7 +19,6 @@ from loopserve.outputs.vllm_results import (
     parse_goodput,
     vllm_results,
 )
-from loopserve.server.tokenizer import ByteTokenizer
 
 # vllm bench serve's result keys (benchmarks/serve.py), with the default metrics and p99
 VLLM_KEYS = {

@@ -13,9 +13,9 @@ import torch
 
 from engine.core.results import step_kind
 from engine.core.shapes import TINY
+from engine.host_allocator import steady_allocator
 from engine.llm import build_runner
 from loopserve.calibrate import measure
-from loopserve.calibrate.allocator import steady_allocator
 from loopserve.calibrate.measure import CalibrationRig, config_for, measure_shapes
 from loopserve.cli import main
 from sim.cost.features import batch_features
@@ -249,7 +249,7 @@ def test_calibration_measures_the_exit_profile_a_simulation_then_reads(
     calibrated: Path,
 ) -> None:
     # calibrate, then simulate adaptive exits: measured gates, not the synthetic stream
-    from loopserve.runs.exit_source import exit_source
+    from loopserve.plan.exit_source import exit_source
     from loopserve.schema.build import model_shape
     from loopserve.schema.load import validate
     from sim.exit_profile import load_exit_profile
@@ -261,5 +261,5 @@ def test_calibration_measures_the_exit_profile_a_simulation_then_reads(
         f"ouro@{t}" for t in (0.5, 0.6, 0.7, 0.8, 0.9)]
     scn = validate(tiny(cost={"kind": "calibrated", "profile": str(calibrated / "cpu-tiny.json")},
                         exit={"mode": "ouro", "exit_threshold": 0.8}, hardware="cpu"))
-    src = exit_source(scn, model_shape("tiny"))
+    src = exit_source(scn, model_shape("tiny"), [scn.seed])
     assert (src.kind, src.via, src.unmeasured) == ("profile", "cost.profile", False)

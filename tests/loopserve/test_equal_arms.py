@@ -10,7 +10,7 @@ import pytest
 import yaml
 
 from loopserve.cli import main
-from loopserve.runs.plan import plan_runs
+from loopserve.plan import plan_runs
 from loopserve.schema import load_scenario
 from tests.scenario_fixtures import tiny, write_scenario
 
@@ -35,7 +35,7 @@ def test_unequal_arms_are_refused_with_one_line(
 def test_readback_skip_per_arm_is_not_unequal(tmp_path: Path) -> None:
     scn = load_scenario(write_scenario(tmp_path, tiny(
         arm_overrides={"A0": {"readback_skip": False}})))
-    assert plan_runs(scn, "sim").unequal_arms == {}
+    assert [p.unequal_arms for p in plan_runs(scn, "sim").points] == [[]]
 
 
 def test_allowed_unequal_arms_run_and_the_report_flags_them(tmp_path: Path) -> None:

@@ -19,8 +19,8 @@ from engine.core.shapes import MODEL_SHAPES
 from engine.model import build_model
 from loopserve.calibrate.exits import generated_prompts, measure_exit_profile
 from loopserve.cli import main
+from loopserve.plan import plan_runs
 from loopserve.runs.loop import execute
-from loopserve.runs.plan import plan_runs
 from loopserve.schema.scenario import Scenario
 from sim.exit_model import profile_row, prompt_rows, request_row
 from sim.exit_profile import (

@@ -16,8 +16,8 @@ from engine.core.exits import OuroExit
 from engine.core.shapes import MODEL_SHAPES
 from loopserve.calibrate.exits import generated_prompts, measure_exit_profile
 from loopserve.cli import main
+from loopserve.plan import plan_runs
 from loopserve.runs.loop import execute
-from loopserve.runs.plan import plan_runs
 from loopserve.schema.scenario import Scenario
 from sim.exit_model import profile_signal_fn
 from sim.exit_profile import ExitProfile, exit_profile_json, implied_depths, load_exit_profile
@@ -151,5 +151,6 @@ def test_exit_profile_path_resolves_beside_the_scenario(
     (folder / "s.yaml").write_text(json.dumps(data))
     monkeypatch.chdir(tmp_path)  # not the scenario's folder
     plan = plan_runs(load_scenario(folder / "s.yaml"), "sim")
-    assert plan.exits[0].path == str((folder / "p.exits.json").resolve())
-    assert plan.exits[0].rows is not None and plan.exits[0].rows.startswith("regime ouro@0.5")
+    exits = plan.points[0].exits
+    assert exits is not None and exits.path == str((folder / "p.exits.json").resolve())
+    assert exits.rows is not None and exits.rows.startswith("regime ouro@0.5")

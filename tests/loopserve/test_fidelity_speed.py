@@ -42,7 +42,7 @@ def test_the_scaled_simulation_is_the_same_timeline_times_the_factor(
 
 def test_every_cost_term_scales(result: Path) -> None:  # noqa: F811
     from loopserve.fidelity.world import run_sim
-    from loopserve.runs.plan import plan_runs
+    from loopserve.plan import plan_runs
     from loopserve.schema import load_scenario
 
     prof = load_profile(profile())

@@ -9,9 +9,8 @@ import tracemalloc
 import pytest
 
 from loopserve.errors import UserError
-from loopserve.runs import footprint
+from loopserve.plan import footprint, plan_runs
 from loopserve.runs.loop import execute
-from loopserve.runs.plan import plan_runs
 from loopserve.schema import load_scenario
 from loopserve.schema.load import validate
 from tests.scenario_fixtures import tiny

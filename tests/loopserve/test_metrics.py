@@ -7,7 +7,7 @@ import pytest
 from engine.core import StepRecord, TokenEvent
 from engine.core.columns import TokenTable
 from engine.core.records import RequestRecord, RunRecords
-from loopserve.runs.metrics import (
+from loopserve.stats.metrics import (
     REQUEST_COLUMNS,
     STEP_COLUMNS,
     TOKEN_COLUMNS,
@@ -108,7 +108,7 @@ def test_inter_token_latencies_are_the_token_tables_gaps_bit_for_bit() -> None:
 
     import numpy as np
 
-    from loopserve.runs.metrics import inter_token_latencies
+    from loopserve.stats.metrics import inter_token_latencies
 
     rng = random.Random(3)
     next_index: dict[str, int] = {}

@@ -11,11 +11,11 @@ from typing import Any
 import pytest
 
 from loopserve.outputs.trace import select_runs, trace_events, write_trace
+from loopserve.plan import plan_runs
+from loopserve.plan.sweep import grid_values, reference_point, repeat_seed
 from loopserve.runs.loop import execute
-from loopserve.runs.plan import plan_runs, repeat_seed
-from loopserve.runs.summary import build_summary, median_rows
-from loopserve.runs.sweep import grid_values, reference_point
 from loopserve.schema import load_scenario
+from loopserve.stats.summary import build_summary, median_rows
 from tests.scenario_fixtures import tiny, write_scenario
 
 
@@ -147,10 +147,10 @@ def test_cost_auto_picks_the_checked_in_profile_or_the_roofline() -> None:
     cpu = load_scenario(repo / "scenarios" / "interference-cpu.yaml", [])
     assert cpu.cost.kind == "auto"
     assert (repo / "results" / "profiles" / "cpu-small.json").is_file()
-    assert all(isinstance(c, CalibratedCost) for c in plan_runs(cpu, "sim").costs.values())
+    assert all(isinstance(p.cost, CalibratedCost) for p in plan_runs(cpu, "sim").points)
     h200 = load_scenario(repo / "scenarios" / "interference.yaml", [])
     assert not (repo / "results" / "profiles" / "h200-ouro-1.4b.json").exists()
-    assert all(isinstance(c, RooflineCost) for c in plan_runs(h200, "sim").costs.values())
+    assert all(isinstance(p.cost, RooflineCost) for p in plan_runs(h200, "sim").points)
 
 
 def test_each_run_warms_up_then_calls_back_then_runs_in_order(tmp_path: Path) -> None:

@@ -17,8 +17,8 @@ from loopserve.outputs.vllm_run import (
     slo_goodput,
     vllm_run_results,
 )
-from loopserve.runs.loop import RunResult
 from loopserve.schema.scenario import SloSpec
+from loopserve.stats.metrics import RunResult
 
 KEYS = {
     "arm", "target", "point_id", "repeat", "valid",

@@ -10,8 +10,8 @@ import pytest
 from engine.core.records import RequestRecord, RunRecords
 from engine.core.results import StepRecord, TokenEvent
 from loopserve.cli import main
-from loopserve.runs.metrics import summarize
-from loopserve.runs.population import itl_key
+from loopserve.stats.metrics import summarize
+from loopserve.stats.population import itl_key
 from tests.scenario_fixtures import tiny, write_scenario
 
 

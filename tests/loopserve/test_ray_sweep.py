@@ -17,9 +17,9 @@ from typing import Any
 import pytest
 
 from loopserve.cli import main
+from loopserve.plan import plan_runs
 from loopserve.runs import interrupts, ray_runs, record_pickling
 from loopserve.runs.loop import execute
-from loopserve.runs.plan import plan_runs
 from loopserve.runs.ray_runs import RayOptions, ray_session
 from loopserve.schema import load_scenario
 from tests.scenario_fixtures import tiny, write_scenario

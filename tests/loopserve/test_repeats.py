@@ -9,11 +9,12 @@ from typing import Any
 
 import numpy as np
 
+from loopserve.plan import plan_runs
+from loopserve.plan.sweep import repeat_seed
 from loopserve.runs.loop import execute
-from loopserve.runs.plan import plan_runs, repeat_seed
-from loopserve.runs.spread import spreads
-from loopserve.runs.summary import build_summary, median_rows
 from loopserve.schema import load_scenario
+from loopserve.stats import spreads
+from loopserve.stats.summary import build_summary, median_rows
 from tests.scenario_fixtures import tiny, write_scenario
 
 POISSON = {"kind": "poisson", "num_requests": 6, "request_rate": 50.0,

@@ -11,7 +11,7 @@ import pytest
 from engine.core.config import CacheConfig
 from loopserve.cli import main
 from loopserve.errors import UserError
-from loopserve.runs.sweep import expand
+from loopserve.plan.sweep import expand
 from loopserve.schema import engine_config, lifetime_bound, load_scenario, model_shape, set_path
 from tests.scenario_fixtures import tiny, write_scenario
 
@@ -200,7 +200,7 @@ SCENARIOS = sorted((Path(__file__).resolve().parents[2] / "scenarios").glob("*.y
 
 @pytest.mark.parametrize("path", SCENARIOS, ids=[p.stem for p in SCENARIOS])
 def test_shipped_scenarios_plan_cleanly(path: Path) -> None:
-    from loopserve.runs.plan import plan_runs
+    from loopserve.plan import plan_runs
 
     scn = load_scenario(path)
     plan = plan_runs(scn, "sim")

@@ -16,8 +16,8 @@ from engine.core.request import SamplingParams
 from engine.llm import LLM
 from engine.model.build import build_model
 from engine.model.loader import save_checkpoint
+from engine.tokenizer import load_tokenizer
 from loopserve.server.chat_template import DEFAULT_CHAT_TEMPLATE, load_chat_template
-from loopserve.server.tokenizer import load_tokenizer
 from tests.loopserve.test_server_text import _write_tokenizer
 from tests.reference import fixtures  # noqa: F401 - one torch thread, as the other engine tests
 from tests.server_helpers import Running, running_server

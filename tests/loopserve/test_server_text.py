@@ -14,7 +14,7 @@ from engine.llm import LLM
 from engine.model.build import build_model
 from engine.model.loader import save_checkpoint
 from engine.text_stream import TextStream
-from loopserve.server.tokenizer import ByteTokenizer, HFTokenizer, load_tokenizer
+from engine.tokenizer import ByteTokenizer, HFTokenizer, load_tokenizer
 from tests.server_helpers import running_server
 
 CORPUS = ["the loop runs four times", "a token exits the loop early", "mixed batches share"]

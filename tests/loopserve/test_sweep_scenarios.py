@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from loopserve.errors import UserError
-from loopserve.runs.plan import plan_runs
+from loopserve.plan import plan_runs
 from loopserve.schema import load_scenario, set_path
 
 SCENARIOS = Path(__file__).resolve().parents[2] / "scenarios"

@@ -13,7 +13,7 @@ from engine.core.records import ArrivalSpec
 from engine.core.results import step_kind
 from engine.core.shapes import TINY
 from loopserve.fidelity.world import WorldRun
-from loopserve.runs.metrics import summarize
+from loopserve.stats.metrics import summarize
 from sim import make_cost_model, simulate
 from sim.cost.after_idle import AfterIdle, AfterIdleCost
 from sim.cost.base import CostModel, StepContext

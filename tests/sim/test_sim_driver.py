@@ -12,7 +12,7 @@ import pytest
 from engine.core import ExitConfig, SamplingParams, Stage
 from engine.core.records import ArrivalSpec
 from engine.core.shapes import TINY
-from loopserve.runs.metrics import requests_frame, steps_frame, tokens_frame
+from loopserve.stats.metrics import requests_frame, steps_frame, tokens_frame
 from loopserve.workloads import build_source
 from sim import make_cost_model, make_signal_fn, simulate
 from tests.helpers import ListSource, make_config

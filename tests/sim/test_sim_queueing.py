@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from engine.core.shapes import TINY
-from loopserve.runs.metrics import summarize
+from loopserve.stats.metrics import summarize
 from loopserve.workloads import build_source
 from sim import make_cost_model, simulate
 from tests.helpers import make_config

@@ -11,7 +11,7 @@ import pytest
 
 from engine.core.config import CacheConfig, EngineConfig, SchedulerConfig
 from engine.core.shapes import SMALL
-from loopserve.runs import footprint as fp
+from loopserve.plan import footprint as fp
 from tools.gpu import footprint_measure
 from tools.gpu.context import Check
 from tools.gpu.footprint_stage import footprint

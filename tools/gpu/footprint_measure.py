@@ -1,5 +1,5 @@
 """``python -m tools.gpu.footprint_measure --device cuda --json PATH``: the footprint estimate
-(``loopserve.runs.footprint.device_bytes``) against ``torch.cuda.max_memory_allocated`` of a
+(``loopserve.plan.footprint.device_bytes``) against ``torch.cuda.max_memory_allocated`` of a
 real run with the same configuration, per arm, in a process of its own.
 
 The model is built once; before each arm the allocator's peak is reset with only the weights
@@ -22,7 +22,7 @@ from engine.core.config import EngineConfig
 from engine.core.request import SamplingParams
 from engine.llm import LLM
 from engine.model.build import build_model
-from loopserve.runs import footprint
+from loopserve.plan import footprint
 
 MODEL = "ouro-1.4b"
 # The gpu-check scenario's engine, with room to spare in the KV cache.

@@ -1,4 +1,4 @@
-"""The ``footprint`` stage: the footprint estimate (``loopserve.runs.footprint``) beside
+"""The ``footprint`` stage: the footprint estimate (``loopserve.plan.footprint``) beside
 ``torch.cuda.max_memory_allocated`` of the same run, per arm (``tools.gpu.footprint_measure``,
 in its own process). Both land in gpu_check.json; the stage fails when an estimate misses the
 peak or exceeds the stated multiple of it. Skipped in the dry run: the CPU has no CUDA

@@ -53,17 +53,6 @@ def check_point(configs: Mapping[str, EngineConfig], allow: bool, context: str) 
     return diffs
 
 
-def derived_chunks(configs: Mapping[tuple[int, str], EngineConfig]) -> dict[int, int]:
-    """Per point, the chunk ``chunk_policy: derive`` derived (points that kept theirs left
-    out)."""
-    out: dict[int, int] = {}
-    for (point_id, _), cfg in configs.items():
-        s = cfg.scheduler
-        if s.effective_chunk_size != s.prefill_chunk_size:
-            out[point_id] = s.effective_chunk_size
-    return out
-
-
 def log_derived(chunks: Mapping[int, int], configured: Mapping[int, int]) -> None:
     """One stderr line for the whole plan naming the derived chunk of every point."""
     if not chunks:

@@ -1,8 +1,11 @@
-"""Sweep points: ``variants`` (named override sets) x the ``sweep`` grid, in a stable order.
+"""Sweep points: ``variants`` (named override sets) x the ``sweep`` grid, in a stable order,
+and the seeds of each point's repeats.
 
 Point ids run variant-major, then over the cartesian product of the sweep lists in the order
 the sweep keys are written (the last key varies fastest). Each point is the scenario with its
-values applied and validated again, so a bad value names its field and point.
+values applied and validated again, so a bad value names its field and point. Planning
+(``loopserve.plan``) completes each point with what its runs need: each arm's engine
+config and, on the simulator, its cost model and exit model.
 """
 
 from __future__ import annotations
@@ -10,12 +13,20 @@ from __future__ import annotations
 import copy
 import itertools
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
-from typing import Any, TypedDict
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, TypedDict
 
+from engine.core.exits import stable_seed
 from loopserve.errors import UserError
 from loopserve.schema.load import set_path, validate
 from loopserve.schema.scenario import Scalar, Scenario
+
+if TYPE_CHECKING:
+    from engine.core.config import EngineConfig
+    from loopserve.plan.exit_source import ExitSource
+    from sim.cost.base import CostModel
+    from sim.exit_model import ExitDraw
+    from sim.exit_profile import ExitProfile
 
 VARIANT_KEY = "variant"
 
@@ -29,11 +40,21 @@ class PointRow(TypedDict):
 
 @dataclass(frozen=True)
 class SweepPoint:
-    """One point: its id, the values that define it, and the resolved scenario."""
+    """One point: its id, the values that define it and the resolved scenario; once planned,
+    also each arm's engine config, its longest request lifetime, what differs between its
+    arms, the cost model that prices it and its record, and its exit model."""
 
     point_id: int
     values: dict[str, Scalar]
     scenario: Scenario
+    configs: dict[str, EngineConfig] = field(default_factory=dict)  # arm -> its engine config
+    lifetime: int = 0  # the longest request lifetime of its workload, in positions
+    unequal_arms: list[str] = field(default_factory=list)  # allow_unequal_arms only
+    # the cost model that ran (sim.cost.resolve.describe_cost; kind "measured" on a real
+    # target), recorded in summary.json and env.json
+    cost_record: dict[str, str | None] = field(default_factory=dict)
+    cost: CostModel | None = None  # the simulator only
+    exits: ExitSource | None = None  # the simulator only
 
     @property
     def row(self) -> PointRow:
@@ -42,6 +63,39 @@ class SweepPoint:
     @property
     def label(self) -> str:
         return ", ".join(f"{k}={v}" for k, v in self.values.items()) or "base"
+
+    @property
+    def derived_chunk(self) -> int | None:
+        """The chunk ``chunk_policy: derive`` gave every arm; None when the point kept its
+        own."""
+        out = None
+        for cfg in self.configs.values():
+            s = cfg.scheduler
+            if s.effective_chunk_size != s.prefill_chunk_size:
+                out = s.effective_chunk_size
+        return out
+
+    @property
+    def exit_lambdas(self) -> Sequence[float] | None:
+        """The synthetic exit stream's mean λ per depth (``exit.lambdas``)."""
+        return self.scenario.exit.lambdas
+
+    @property
+    def exit_profile(self) -> ExitProfile | None:
+        """The measured exit profile the simulator draws from (preferred over the λ means)."""
+        return None if self.exits is None else self.exits.profile
+
+    @property
+    def exit_draw(self) -> ExitDraw:
+        """How a token without a measured row of its own picks one (``exit.draw``)."""
+        return self.scenario.exit.draw
+
+
+def repeat_seed(seed: int, repeat: int) -> int:
+    """The seed of repeat ``repeat``: the scenario's own seed for repeat 0 (so a one-repeat
+    run is that seed's run), else a hash of (seed, repeat), so no two (seed, repeat) pairs
+    share draws (``seed + repeat`` would make seed 0's repeat 1 seed 1's repeat 0)."""
+    return seed if repeat == 0 else stable_seed(seed, "repeat", repeat) >> 1
 
 
 def grid_values(scn: Scenario) -> list[dict[str, Scalar]]:

@@ -26,7 +26,7 @@ from sim.cluster.records import ClusterInfo
 def cluster_metrics(records: RunRecords, info: ClusterInfo, output_tok_s: float | None,
                     distribution_ms: Callable[[Iterable[float]], Any]) -> dict[str, Any]:
     """The cluster keys of one run's summary row; ``distribution_ms`` summarises a sample
-    (``loopserve.runs.metrics``'s, which calls this)."""
+    (``loopserve.stats.metrics``'s, which calls this)."""
     reqs = records.requests
     finishes = [r.finish_s for r in reqs if r.finish_s is not None]
     span = max(finishes) - min(r.arrival_s for r in reqs) if finishes else 0.0

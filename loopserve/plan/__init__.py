@@ -6,24 +6,25 @@ repeat so the arms stay paired.
 
 ``plan_runs`` resolves and validates everything first (points, one ``EngineConfig`` per arm
 and point, cost models, workload sources), so bad input fails before any run or file;
-``loopserve.runs.loop`` then runs the plan on its target.
+``loopserve.runs`` then runs the plan on its target. Its parts: the sweep grid and repeat
+seeds (``sweep``), equal arms (``equal_arms``), each point's exit model (``exit_source``) and
+the memory estimate (``footprint``).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, replace
 
-from engine.core.config import EngineConfig, ModelShape
+from engine.core.config import ModelShape
 from engine.core.records import ArrivalSource
 from engine.core.shapes import MODEL_SHAPES
 from loopserve.errors import UserError
-from loopserve.runs import equal_arms, footprint
-from loopserve.runs.exit_source import ExitSource, exit_source
-from loopserve.runs.seeds import repeat_seed
-from loopserve.runs.sweep import SweepPoint, expand, reference_point
+from loopserve.plan import equal_arms, footprint
+from loopserve.plan.exit_source import exit_source
+from loopserve.plan.sweep import SweepPoint, expand, reference_point, repeat_seed
 from loopserve.schema.build import engine_config, lifetime_bound, model_shape
 from loopserve.schema.scenario import Scenario
-from loopserve.targets.base import RunSpec, Target
+from loopserve.targets import RunSpec, Target
 from loopserve.workloads import build_source
 from sim.cluster.config import ClusterConfig
 from sim.cost import make_cost_model
@@ -35,29 +36,30 @@ TARGETS = ("sim", "cpu", "cuda")
 
 @dataclass
 class Plan:
-    """Everything validated and ready to execute."""
+    """Everything validated and ready to execute: the planned points and their runs."""
 
     scenario: Scenario
     target: str
     shape: ModelShape
-    points: list[SweepPoint]
+    points: list[SweepPoint]  # planned: configs, cost model and exit model filled in
     runs: list[RunSpec]
     reference_point_id: int
-    costs: dict[int, CostModel] = field(default_factory=dict)  # point_id -> cost (sim only)
-    # point_id -> the cost model that ran (sim.cost.resolve.describe_cost; kind "measured"
-    # on a real target), recorded in summary.json and env.json
-    cost_records: dict[int, dict[str, str | None]] = field(default_factory=dict)
-    exits: dict[int, ExitSource] = field(default_factory=dict)  # point_id -> exit model (sim)
     real: Target | None = None  # the real engine, built on the first real run
-    # point_id -> what differs between its arms (allow_unequal_arms only; the report flags it)
-    unequal_arms: dict[int, list[str]] = field(default_factory=dict)
-    # point_id -> the chunk chunk_policy derive gave every arm (points that kept theirs absent)
-    derived_chunks: dict[int, int] = field(default_factory=dict)
+
+    def point(self, point_id: int) -> SweepPoint:
+        """The planned point ``point_id``."""
+        return next(p for p in self.points if p.point_id == point_id)
 
     @property
     def cost_model(self) -> dict[str, str | None]:
         """The reference point's cost model (summary.json and env.json ``cost_model``)."""
-        return self.cost_records[self.reference_point_id]
+        return self.point(self.reference_point_id).cost_record
+
+    @property
+    def derived_chunks(self) -> dict[int, int]:
+        """Point id -> the chunk ``chunk_policy: derive`` gave every arm (points that kept
+        theirs absent)."""
+        return {p.point_id: c for p in self.points if (c := p.derived_chunk) is not None}
 
 
 def plan_runs(scn: Scenario, target: str) -> Plan:
@@ -73,50 +75,50 @@ def plan_runs(scn: Scenario, target: str) -> Plan:
 
         check_real(target)
     shape = model_shape(scn.model)
-    points = expand(scn)
-    ref = reference_point(scn.model_dump(), [p.row for p in points])
+    grid = expand(scn)
+    ref = reference_point(scn.model_dump(), [p.row for p in grid])
+    footprint.check_sources(scn, grid, shape)  # before any source is built
+    points = [_plan_point(point, shape, target, scn.is_sweep) for point in grid]
     plan = Plan(scn, target, shape, points, [], ref)
-    footprint.check_sources(scn, points, shape)  # before any source is built
-    configs: dict[tuple[int, str], EngineConfig] = {}
-    lifetimes: dict[int, int] = {}
-    for point in points:
-        context = f"sweep point {point.point_id}: {point.label}" if scn.is_sweep else ""
-        bound = lifetimes[point.point_id] = _lifetime_bound(point.scenario, shape)
-        for arm in scn.arms:
-            configs[point.point_id, arm] = engine_config(
-                point.scenario, arm, shape, bound, context
-            )
-        diffs = equal_arms.check_point({a: configs[point.point_id, a] for a in scn.arms},
-                                       scn.allow_unequal_arms, context)
-        if diffs:
-            plan.unequal_arms[point.point_id] = diffs
-        if target == "sim":
-            plan.costs[point.point_id], plan.cost_records[point.point_id] = _cost_model(
-                point.scenario, shape, context)
-            plan.exits[point.point_id] = exit_source(point.scenario, shape, context)
-        else:
-            plan.cost_records[point.point_id] = describe_cost(
-                scn.cost.kind, "measured", None, None)
-    plan.derived_chunks = equal_arms.derived_chunks(configs)
     equal_arms.log_derived(plan.derived_chunks, {
-        p: configs[p, scn.arms[0]].scheduler.prefill_chunk_size for p in plan.derived_chunks})
+        p.point_id: p.configs[scn.arms[0]].scheduler.prefill_chunk_size
+        for p in points if p.derived_chunk is not None})
     dtype = scn.runner.dtype or ("float32" if target == "cpu" else "bfloat16")
     free: int | None = None
     if target != "sim":
         from loopserve.targets.load import device_free
 
         free = device_free(target)
-    footprint.check_plan(scn, configs, target=target,
-                         dtype_bytes=4 if dtype == "float32" else 2, device_free=free,
-                         lifetimes=lifetimes)
+    footprint.check_plan(scn, {(p.point_id, a): c for p in points for a, c in p.configs.items()},
+                         target=target, dtype_bytes=4 if dtype == "float32" else 2,
+                         device_free=free, lifetimes={p.point_id: p.lifetime for p in points})
     for point in points:
         for repeat in range(scn.repeats):
             for arm in scn.arms:
                 plan.runs.append(
                     RunSpec(arm, point.point_id, repeat, repeat_seed(scn.seed, repeat),
-                            configs[point.point_id, arm], _cluster(point.scenario))
+                            point.configs[arm], _cluster(point.scenario))
                 )
     return plan
+
+
+def _plan_point(point: SweepPoint, shape: ModelShape, target: str,
+                is_sweep: bool) -> SweepPoint:
+    """``point`` with each arm's engine config, its lifetime bound and what differs between
+    its arms, and on the simulator its cost model and exit model; UserError naming the point
+    on bad input (naming the point in a sweep)."""
+    scn = point.scenario
+    context = f"sweep point {point.point_id}: {point.label}" if is_sweep else ""
+    lifetime = _lifetime_bound(scn, shape)
+    configs = {arm: engine_config(scn, arm, shape, lifetime, context) for arm in scn.arms}
+    unequal = equal_arms.check_point(configs, scn.allow_unequal_arms, context)
+    if target != "sim":
+        return replace(point, configs=configs, lifetime=lifetime, unequal_arms=unequal,
+                       cost_record=describe_cost(scn.cost.kind, "measured", None, None))
+    cost, record = _cost_model(scn, shape, context)
+    seeds = [repeat_seed(scn.seed, r) for r in range(scn.repeats)]
+    return replace(point, configs=configs, lifetime=lifetime, unequal_arms=unequal,
+                   cost_record=record, cost=cost, exits=exit_source(scn, shape, seeds, context))
 
 
 def _cluster(scn: Scenario) -> ClusterConfig | None:

@@ -4,13 +4,12 @@ time, so a bad profile fails before any run; the label goes to env.json."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from engine.core.config import ModelShape
 from loopserve.errors import UserError
-from loopserve.runs.seeds import repeat_seed
 from loopserve.schema.build import exit_config
 from loopserve.schema.exit_spec import SIGNAL_EXIT_MODES
 from loopserve.schema.scenario import Scenario
@@ -55,8 +54,10 @@ class ExitSource:
         return out
 
 
-def exit_source(scn: Scenario, shape: ModelShape, context: str = "") -> ExitSource:
-    """The point's exit model; UserError naming exit.profile when the file is unusable."""
+def exit_source(scn: Scenario, shape: ModelShape, seeds: Sequence[int],
+                context: str = "") -> ExitSource:
+    """The point's exit model for runs on ``seeds`` (its repeats'); UserError naming
+    exit.profile when the file is unusable."""
     e = scn.exit
     if e.mode not in SIGNAL_EXIT_MODES:
         return ExitSource("core")
@@ -90,17 +91,17 @@ def exit_source(scn: Scenario, shape: ModelShape, context: str = "") -> ExitSour
         raise UserError.from_value_error(err, "exit.profile", context) from None
     rows = "full depth"
     if regime is not None:
-        seeds = [repeat_seed(scn.seed, r) for r in range(scn.repeats)]
         own = sum(bool(regime.own_rows(s)) for s in seeds)
         rows = f"regime {regime.label}, own rows for {own} of {len(seeds)} repeat seeds"
     return ExitSource("profile", profile, path, via, rows, e.draw)
 
 
-def unmeasured_note(exits: Mapping[int, ExitSource]) -> str | None:
+def unmeasured_note(exits: Iterable[ExitSource | None]) -> str | None:
     """The note to print when a point's adaptive exits have no measured profile."""
-    return UNMEASURED_NOTE if any(src.unmeasured for src in exits.values()) else None
+    return UNMEASURED_NOTE if any(e is not None and e.unmeasured for e in exits) else None
 
 
-def exit_models(exits: Mapping[int, ExitSource]) -> dict[str, object] | None:
-    """env.json's record of each simulated point's exit model (None for a real run)."""
-    return {str(i): src.describe() for i, src in exits.items()} or None
+def exit_models(exits: Mapping[int, ExitSource | None]) -> dict[str, object] | None:
+    """env.json's record of each simulated point's exit model by point id (None for a real
+    run)."""
+    return {str(i): e.describe() for i, e in exits.items() if e is not None} or None

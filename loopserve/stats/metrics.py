@@ -16,26 +16,30 @@
   prefix-cache terms, prompt tokens queried at admission and hit (served from the cache),
   their ratio, and the physical blocks (over all planes) evicted to make room;
 - with a ``cluster`` section only: per-replica and per-GPU terms and the TTFT split
-  (``loopserve.runs.cluster_metrics``).
+  (``loopserve.stats.cluster_metrics``).
 
 Only finished requests (the rows of ``RunRecords.requests``) count. The decode population's
-own ITL/TPOT and the prompt-progress metrics of RFC §6 come from ``loopserve.runs.population``.
+own ITL/TPOT and the prompt-progress metrics of RFC §6 come from ``loopserve.stats.population``.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 from operator import attrgetter
-from typing import Any, NotRequired, TypedDict
+from typing import TYPE_CHECKING, Any, NotRequired, TypedDict
 
 import numpy as np
 import pandas as pd  # type: ignore[import-untyped]
 
 from engine.core.records import RunRecords
 from engine.core.results import TokenEvent
-from loopserve.runs.distribution import Distribution, distribution_ms
-from loopserve.runs.population import population_metrics
+from loopserve.stats import Distribution, distribution_ms
+from loopserve.stats.population import population_metrics
 from sim.cluster.records import cluster_info
+
+if TYPE_CHECKING:
+    from loopserve.targets import RunSpec
 
 STEP_COLUMNS: tuple[str, ...] = (
     "step", "start_s", "end_s", "stage", "core_calls", "num_decode_items", "num_prompt_items",
@@ -72,7 +76,7 @@ class Metrics(TypedDict):
     prefix_cache_hit_tokens: NotRequired[int]
     prefix_cache_hit_rate: NotRequired[float | None]
     prefix_cache_evicted_blocks: NotRequired[int]
-    # a simulated cluster only (loopserve.runs.cluster_metrics)
+    # a simulated cluster only (loopserve.stats.cluster_metrics)
     num_replicas: NotRequired[int]
     output_tok_s_per_gpu: NotRequired[float | None]
     replica_utilisation: NotRequired[dict[str, float | None]]
@@ -81,6 +85,20 @@ class Metrics(TypedDict):
     ttft_prefill_ms: NotRequired[Distribution]
     ttft_transfer_ms: NotRequired[Distribution]
     kv_transfer_ms: NotRequired[Distribution]
+
+
+@dataclass
+class RunResult:
+    """A finished run: raw records, validity reasons and its metrics summary."""
+
+    spec: RunSpec
+    records: RunRecords
+    invalid_reasons: list[str]
+    metrics: Metrics
+
+    @property
+    def valid(self) -> bool:
+        return not self.invalid_reasons
 
 
 def consecutive_tokens(records: RunRecords) -> list[tuple[TokenEvent, TokenEvent]]:
@@ -155,7 +173,7 @@ def summarize(records: RunRecords, num_depths: int | None = None) -> Metrics:
         out["prefix_cache_evicted_blocks"] = pc.evicted_blocks
     info = cluster_info(records)
     if info is not None:
-        from loopserve.runs.cluster_metrics import cluster_metrics
+        from loopserve.stats.cluster_metrics import cluster_metrics
 
         out.update(cluster_metrics(records, info, out_tok_s, distribution_ms))  # type: ignore[typeddict-item]
     return out

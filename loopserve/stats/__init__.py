@@ -1,4 +1,10 @@
-"""How far a median over repeats can be trusted: each median's spread over the repeats.
+"""Statistics of runs: per-run metrics (``metrics``, with its ``population`` and
+``cluster_metrics`` sections) and summary.json's rows and medians (``summary``), built on the
+two defined here: a latency metric's distribution over its samples, and how far a median over
+repeats can be trusted, its spread over the repeats.
+
+A distribution is ``{mean, p50, p90, p99, max}`` in milliseconds (numpy's default linear
+percentiles; every value None without a sample).
 
 A spread is ``{min, max, ci95_low, ci95_high}``: the smallest and largest repeat, and with at
 least ``MIN_REPEATS_FOR_INTERVAL`` repeats a 95% percentile-bootstrap interval of the median
@@ -12,7 +18,7 @@ it narrows from about 7 repeats.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import TypedDict
 
 import numpy as np
@@ -23,6 +29,27 @@ BOOTSTRAP_SEED = 0
 METHOD = (f"min-max over the repeats the median uses; with >= {MIN_REPEATS_FOR_INTERVAL} "
           f"of them also a 95% percentile-bootstrap interval of the median ({RESAMPLES} "
           f"resamples, seed {BOOTSTRAP_SEED})")
+
+
+class Distribution(TypedDict):
+    """One latency metric in milliseconds (every value None when it has no sample)."""
+
+    mean: float | None
+    p50: float | None
+    p90: float | None
+    p99: float | None
+    max: float | None
+
+
+def distribution_ms(values_s: Iterable[float]) -> Distribution:
+    """``{mean, p50, p90, p99, max}`` of ``values_s`` in milliseconds."""
+    arr = np.fromiter(values_s, dtype=np.float64) * 1e3
+    if arr.size == 0:
+        return {"mean": None, "p50": None, "p90": None, "p99": None, "max": None}
+    p50, p90, p99 = np.percentile(arr, [50, 90, 99])
+    return {"mean": float(arr.mean()), "p50": float(p50), "p90": float(p90),
+            "p99": float(p99), "max": float(arr.max())}
+
 
 
 class Spread(TypedDict):

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 from engine.core.config import EngineConfig, ModelShape
 from loopserve.errors import UserError
-from loopserve.runs.sweep import SweepPoint
+from loopserve.plan.sweep import SweepPoint
 from loopserve.schema.scenario import Scenario
 from loopserve.workloads import (
     GammaWorkload,

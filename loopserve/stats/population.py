@@ -15,7 +15,7 @@
   same number of depths (every step but a mixed ``prompt_shortcut`` one).
 
 Percentiles are numpy's default linear interpolation; only finished requests count, as in
-``loopserve.runs.metrics``.
+``loopserve.stats.metrics``.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from typing import Any, TypedDict
 import numpy as np
 
 from engine.core.records import RunRecords
-from loopserve.runs.distribution import distribution_ms
+from loopserve.stats import distribution_ms
 
 
 def itl_key(row: Mapping[str, Any]) -> str:

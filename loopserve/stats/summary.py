@@ -1,9 +1,12 @@
 """summary.json rows (docs/design.md): one per run, and medians per (arm, point) over repeats;
-``exit_depth_counts``: decode tokens by loops run, per (point, arm) (``runs.exit_depths``).
+``exit_depth_counts``: per (point, arm), how many decode tokens ran 1, 2, ..., D loops, summed
+over repeats (D numbers per arm and point, so the report plots exit depths without the
+per-token table; the first output token of a request always runs all D loops, from the
+prompt, and is left out, as in fidelity's exits section).
 
 Medians use the valid repeats when there are any (an invalid run is reported, never silently
 mixed into the comparison), else all repeats. Every median carries its spread over those
-repeats (``spread``, mirroring the metrics' keys: ``loopserve.runs.spread``). For the simulator
+repeats (``spread``, mirroring the metrics' keys: ``loopserve.stats``). For the simulator
 ``wall_s`` is null here so the file stays byte-identical across runs; the measured wall time
 goes to env.json.
 """
@@ -16,12 +19,10 @@ from typing import NotRequired, TypedDict, cast
 
 import numpy as np
 
-from loopserve.runs.exit_depths import ExitDepthCounts, exit_depth_counts
-from loopserve.runs.loop import RunResult
-from loopserve.runs.metrics import Metrics
-from loopserve.runs.plan import Plan
-from loopserve.runs.spread import METHOD, Spread, spreads
-from loopserve.runs.sweep import PointRow
+from loopserve.plan import Plan
+from loopserve.plan.sweep import PointRow
+from loopserve.stats import METHOD, Spread, spreads
+from loopserve.stats.metrics import Metrics, RunResult
 
 # Summary fields that are not metrics (copied, never averaged).
 KEY_FIELDS = ("arm", "target", "point_id", "repeat", "valid", "invalid_reason")
@@ -62,7 +63,7 @@ class Summary(TypedDict):
     runs: list[RunRow]
     medians: list[MedianRow]
     spread_method: str
-    exit_depth_counts: NotRequired[list[ExitDepthCounts]]  # loopserve.runs.exit_depths
+    exit_depth_counts: NotRequired[list[ExitDepthCounts]]
 
 
 def run_row(result: RunResult, target: str) -> RunRow:
@@ -138,6 +139,28 @@ def _median(values: Iterable[object]) -> float | int | None:
     if all(isinstance(v, int) for v in nums) and m.is_integer():
         return int(m)
     return m
+
+
+
+class ExitDepthCounts(TypedDict):
+    """One entry: ``counts[d - 1]`` decode tokens ran ``d`` loops."""
+
+    point_id: int
+    arm: str
+    counts: list[int]
+
+
+def exit_depth_counts(results: Sequence[RunResult], arms: Sequence[str],
+                      num_depths: int) -> list[ExitDepthCounts]:
+    """Entries in point then arm order (the order of summary.json's medians)."""
+    sums: dict[tuple[int, str], list[int]] = {}
+    for r in results:
+        counts = sums.setdefault((r.spec.point_id, r.spec.arm), [0] * num_depths)
+        for tok in r.records.tokens:
+            if tok.index > 0:
+                counts[tok.exit_depth - 1] += 1
+    return [{"point_id": p, "arm": arm, "counts": sums[p, arm]}
+            for p in sorted({p for p, _ in sums}) for arm in arms if (p, arm) in sums]
 
 
 def _clean(value: object) -> object:
