@@ -16,7 +16,7 @@ def test_bench_writes_rates_for_every_arm_and_the_pure_comparison(tmp_path: Path
     (run,) = tmp_path.iterdir()
     result = json.loads((run / "bench.json").read_text())
     env = json.loads((run / "env.json").read_text())
-    assert [a["arm"] for a in result["arms"]] == ["atomic", "per_depth", "mixed"]
+    assert [a["arm"] for a in result["arms"]] == ["atomic", "per_depth", "mixed", "wavefront"]
     for a in result["arms"]:
         assert a["num_requests"] == 12 and a["num_core_calls"] > 0
         assert a["median_core_calls_s"] > 0 and a["pure_median_core_calls_s"] > 0
