@@ -11,8 +11,7 @@ from typing import Any
 import simpy
 
 from engine.core.batch import Batch
-from sim.cost.base import CostModel, StepContext
-from sim.cost.waits import Waits
+from sim.cost.base import CostModel, StepContext, Waits
 from sim.errors import SimulationStopped
 from sim.stop import REQUESTED as STOP_REQUESTED
 

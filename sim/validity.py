@@ -12,7 +12,7 @@ from __future__ import annotations
 from engine.core.arrivals import injection_problem
 from engine.core.config import MIXING_ARMS, resolve_arm
 from engine.core.records import RunRecords
-from sim.cluster.records import cluster_info
+from sim.cluster import cluster_info
 
 __all__ = ["NO_MIXED_CALL", "check", "injection_problem"]
 

@@ -40,7 +40,7 @@ MODULES = tuple(f"engine.core.{m}" for m in (
     "kv_allocation", "policies", "prefix_cache", "prompt_state", "records", "request",
     "results", "run_loop", "scheduler", "seeded_executor", "stable_seeds", "wavefront",
 )) + ("sim.driver", "sim.exit_model", "sim.step_clock", "sim.cost.base",
-     "sim.cost.roofline", "sim.cost.waits")
+     "sim.cost.roofline")
 
 
 def sources() -> list[Path]:

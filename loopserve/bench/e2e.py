@@ -162,7 +162,7 @@ def _simulate(scn: Scenario, trace: Path, num_blocks: int, progress: bool
 
 def _sim_replicas(records: RunRecords) -> list[dict[str, int]]:
     """Each simulated replica's requests and core calls (empty for one replica)."""
-    from sim.cluster.records import cluster_info
+    from sim.cluster import cluster_info
 
     info = cluster_info(records)
     if info is None or info.num_replicas == 1:

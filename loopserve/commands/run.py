@@ -23,8 +23,15 @@ from loopserve.outputs import env_info, files, records
 from loopserve.outputs.rundata import load_run
 from loopserve.outputs.tables import FORMATS
 from loopserve.outputs.trace import write_trace
-from loopserve.outputs.vllm_results import METRICS, parse_goodput, parse_metrics, parse_percentiles
-from loopserve.outputs.vllm_run import PERCENTILES, ResultOptions, vllm_run_results
+from loopserve.outputs.vllm_results import (
+    METRICS,
+    RUN_PERCENTILES,
+    ResultOptions,
+    parse_goodput,
+    parse_metrics,
+    parse_percentiles,
+    vllm_run_results,
+)
 from loopserve.plan import TARGETS, Plan, equal_arms, plan_runs
 from loopserve.plan.exit_source import exit_models, unmeasured_note
 from loopserve.report.page import write_run_report
@@ -39,7 +46,7 @@ if TYPE_CHECKING:
 
 RESULTS_ROOT = Path("results")
 DEFAULT_METRICS = ",".join(METRICS)
-DEFAULT_PERCENTILES = ",".join(f"{p:g}" for p in PERCENTILES)
+DEFAULT_PERCENTILES = ",".join(f"{p:g}" for p in RUN_PERCENTILES)
 
 
 def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:

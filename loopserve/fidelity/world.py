@@ -20,8 +20,7 @@ from loopserve.plan.sweep import SweepPoint
 from loopserve.runs.loop import each_run, sim_target
 from loopserve.stats.metrics import Metrics, summarize
 from loopserve.targets import RunSpec
-from sim.cost.base import CostModel, SplitCostModel, StepContext
-from sim.cost.waits import Waits
+from sim.cost.base import CostModel, SplitCostModel, StepContext, Waits
 
 # A real loop's host gap between back-to-back steps (well under IDLE_FROM_S) is no idle time;
 # the simulator prices it in ``step_gap`` and starts the next step at once.

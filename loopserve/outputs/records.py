@@ -16,13 +16,16 @@ from __future__ import annotations
 from array import array
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from loopserve.outputs.tables import Codes, Columns, Schema, write_table
 from loopserve.stats.metrics import RunResult, inter_token_latencies
-from sim.cluster.records import ClusterInfo, cluster_info
+from sim.cluster import cluster_info
+
+if TYPE_CHECKING:
+    from sim.cluster.records import ClusterInfo
 
 RUN_KEY_SCHEMA: Schema = (("arm", "text"), ("point_id", "int"), ("repeat", "int"))
 STEPS_SCHEMA: Schema = RUN_KEY_SCHEMA + (

@@ -23,7 +23,6 @@ from loopserve.outputs.records import ITL_COLUMNS, RUN_KEY_COLUMNS, TOKENS_COLUM
 from loopserve.outputs.tables import find_table, read_table
 from loopserve.plan.sweep import PointRow, reference_point
 from loopserve.stats.summary import MedianRow, Summary
-from sim.profile_file import validation_line
 
 REQUIRED_FILES = ("summary.json", "scenario.yaml")
 REQUIRED_TABLES = ("steps", "requests")
@@ -222,6 +221,8 @@ def load_run(path: str | Path, label: str = "") -> RunData:
     try:
         _SUMMARY.validate_python(summary)
     except ValidationError as err:
+        from sim.profile_file import validation_line  # only on this error path
+
         raise UserError("run_dir", f"{p / 'summary.json'}: not the shape a loopserve run "
                         f"writes: {validation_line(err)}") from None
     for name, doc in (("scenario.yaml", scenario), ("env.json", env)):

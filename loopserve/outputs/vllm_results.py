@@ -16,21 +16,38 @@ content chunks, pooled; E2EL = latency (start to the last content chunk). Statis
 numpy's (linear percentiles, population std), 0 for an empty sample, as vLLM's. A request is
 good (DistServe's goodput) when every SLO given holds: ``value <= slo``, with TPOT counted as
 0 for a one-token request.
+
+``vllm_results.json`` (``vllm_run_results``) holds every run's result beside summary.json: each
+entry is ``{arm, target, point_id, repeat, valid}`` then these keys, by default with every
+metric at percentiles 50, 90 and 99 (``ResultOptions``: ``loopserve run
+--percentile-metrics/--metric-percentiles`` choose, as vLLM's flags do), without the
+per-request lists (as ``vllm bench serve`` without ``--save-detailed``). Its ``duration`` runs
+from the first arrival to the last finish (the span summary.json's output tok/s uses). Goodput
+takes ``--goodput ttft:MS tpot:MS e2el:MS``, else the scenario's ``slo`` (``slo_goodput``:
+``slo.ttft_p99_ms`` bounds each request's TTFT, ``slo.itl_p99_ms`` its TPOT); with neither,
+``request_goodput`` is null.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from engine.core.records import RunRecords
 
+if TYPE_CHECKING:
+    from loopserve.schema.scenario import SloSpec
+    from loopserve.stats.metrics import RunResult
+
 METRICS = ("ttft", "tpot", "itl", "e2el")
 DEFAULT_METRICS = ("ttft", "tpot", "itl")
 DEFAULT_PERCENTILES = (99.0,)
+RUN_PERCENTILES = (50.0, 90.0, 99.0)  # vllm_results.json's default
+DETAILED_KEYS = ("input_lens", "output_lens", "ttfts", "itls", "generated_texts", "errors")
 
 
 @dataclass
@@ -233,3 +250,54 @@ def outcomes_from_records(records: RunRecords) -> list[RequestOutcome]:
             latency=float(ts[-1]) - r.arrival_s if ok else 0.0, start_s=r.arrival_s,
             error="" if ok else f"finish_reason {r.finish_reason}"))
     return out
+
+
+@dataclass(frozen=True)
+class ResultOptions:
+    """What each entry reports: the metrics and percentiles of the ``mean_/median_/std_/pNN_``
+    keys, and the goodput SLOs in ms (None: ``request_goodput`` is null)."""
+
+    percentile_metrics: tuple[str, ...] = METRICS
+    percentiles: tuple[float, ...] = RUN_PERCENTILES
+    goodput: dict[str, float] | None = None
+
+
+def slo_goodput(slo: SloSpec | None) -> dict[str, float] | None:
+    """The scenario's SLOs as vLLM's ``--goodput`` dict (ms), or None without any."""
+    if slo is None:
+        return None
+    out = {}
+    if slo.ttft_p99_ms is not None:
+        out["ttft"] = slo.ttft_p99_ms
+    if slo.itl_p99_ms is not None:
+        out["tpot"] = slo.itl_p99_ms
+    return out or None
+
+
+def run_vllm_result(result: RunResult, target: str, goodput: dict[str, float] | None,
+                    options: ResultOptions | None = None) -> dict[str, Any]:
+    """One run's entry (module docstring); ``goodput`` overrides ``options.goodput``."""
+    opts = options or ResultOptions()
+    outcomes = outcomes_from_records(result.records)
+    ok = [o for o in outcomes if o.success]
+    start = min((o.start_s for o in outcomes), default=0.0)
+    end = max((o.start_s + o.latency for o in ok), default=start)
+    res = vllm_results(outcomes, end - start, percentile_metrics=opts.percentile_metrics,
+                       percentiles=opts.percentiles, goodput=goodput, detailed=False)
+    for key in DETAILED_KEYS:
+        del res[key]
+    for key, value in res.items():  # vLLM divides by a zero span too; JSON has no NaN
+        if isinstance(value, float) and math.isnan(value):
+            res[key] = None
+    s = result.spec
+    return {"arm": s.arm, "target": target, "point_id": s.point_id, "repeat": s.repeat,
+            "valid": result.valid, **res}
+
+
+def vllm_run_results(runs: Sequence[RunResult], target: str, slo: SloSpec | None,
+                     options: ResultOptions | None = None) -> list[dict[str, Any]]:
+    """vllm_results.json's document: one entry per run, in execution order; goodput from
+    ``options.goodput`` when given, else from the scenario's ``slo``."""
+    opts = options or ResultOptions()
+    goodput = opts.goodput if opts.goodput is not None else slo_goodput(slo)
+    return [run_vllm_result(r, target, goodput, opts) for r in runs]

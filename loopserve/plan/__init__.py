@@ -14,6 +14,7 @@ the memory estimate (``footprint``).
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING
 
 from engine.core.config import ModelShape
 from engine.core.records import ArrivalSource
@@ -26,10 +27,12 @@ from loopserve.schema.build import engine_config, lifetime_bound, model_shape
 from loopserve.schema.scenario import Scenario
 from loopserve.targets import RunSpec, Target
 from loopserve.workloads import build_source
-from sim.cluster.config import ClusterConfig
 from sim.cost import make_cost_model
 from sim.cost.base import CostModel
 from sim.cost.resolve import describe_cost, resolve_cost
+
+if TYPE_CHECKING:
+    from sim.cluster.config import ClusterConfig
 
 TARGETS = ("sim", "cpu", "cuda")
 

@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 
 from loopserve.errors import UserError
-from loopserve.outputs.vllm_run import ResultOptions, vllm_run_results
+from loopserve.outputs.vllm_results import ResultOptions, vllm_run_results
 from loopserve.plan import Plan, plan_runs
 from loopserve.runs.loop import execute
 from loopserve.schema.load import validate

@@ -3,12 +3,14 @@ prefill/decode disaggregation (docs/cluster.md). Absent, a run is one engine."""
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 from pydantic import Field, model_validator
 
 from loopserve.schema.strict import StrictModel
-from sim.cluster.config import ClusterConfig, KvTransferConfig
+
+if TYPE_CHECKING:
+    from sim.cluster.config import ClusterConfig
 
 MAX_REPLICAS = 256
 
@@ -65,6 +67,8 @@ class ClusterSpec(StrictModel):
 
     def config(self) -> ClusterConfig:
         """The simulator's ``ClusterConfig``."""
+        from sim.cluster.config import ClusterConfig, KvTransferConfig  # a cluster run only
+
         p, q = self.prefill_replicas or 0, self.decode_replicas or 0
         k = self.kv_transfer
         return ClusterConfig(

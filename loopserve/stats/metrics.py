@@ -36,7 +36,7 @@ from engine.core.records import RunRecords
 from engine.core.results import TokenEvent
 from loopserve.stats import Distribution, distribution_ms
 from loopserve.stats.population import population_metrics
-from sim.cluster.records import cluster_info
+from sim.cluster import cluster_info
 
 if TYPE_CHECKING:
     from loopserve.targets import RunSpec

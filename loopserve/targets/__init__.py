@@ -8,11 +8,13 @@ second, so the simulator path never loads torch.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from engine.core.config import EngineConfig
 from engine.core.records import ArrivalSource, RunRecords
-from sim.cluster.config import ClusterConfig
+
+if TYPE_CHECKING:
+    from sim.cluster.config import ClusterConfig
 
 
 @dataclass(frozen=True)

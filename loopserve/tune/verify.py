@@ -16,7 +16,7 @@ from typing import Any
 
 from tqdm import tqdm
 
-from loopserve.outputs.vllm_run import slo_goodput
+from loopserve.outputs.vllm_results import slo_goodput
 from loopserve.plan import Plan, plan_runs
 from loopserve.runs import interrupts
 from loopserve.runs.capacity_probe import Criterion, at_rate, judge

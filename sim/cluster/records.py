@@ -62,12 +62,6 @@ class ClusterInfo:
         return len(self.replica_roles)
 
 
-def cluster_info(records: RunRecords) -> ClusterInfo | None:
-    """A run's cluster part, or None for one engine."""
-    c = records.cluster
-    return c if isinstance(c, ClusterInfo) else None
-
-
 def merge(replicas: Sequence[tuple[str, StepLoop, float]],
           info: dict[str, RequestInfo]) -> RunRecords:
     """One run's records from each replica's (role, step loop, busy seconds)."""

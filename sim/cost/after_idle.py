@@ -16,9 +16,9 @@ median of the measured ones. The caches refill over more than one step, so ``lat
 charges step k + 1 after the wait that fraction of the first step's extra.
 
 This module is the one place that knows about idle time: the step clock counts waits
-(``sim.cost.waits``) into each ``StepContext``, ``sim.cost.resolve.compose`` wraps a base cost
-model in ``AfterIdleCost`` when its profile carries the term, and the base models price a
-batch as if it ran back to back.
+(``sim.cost.base.Waits``) into each ``StepContext``, ``sim.cost.resolve.compose`` wraps a
+base cost model in ``AfterIdleCost`` when its profile carries the term, and the base models
+price a batch as if it ran back to back.
 """
 
 from __future__ import annotations

@@ -3,10 +3,10 @@
 A cost model turns a step, a ``StepContext``, into simulated seconds. The context holds the
 scheduled ``Batch``, exactly what the executor would run (the stage, and per core call,
 ``Batch.core_call_items``, the items with their rows, positions and depths), and what the
-engine did before it: the previous batch and how long the engine sat idle. A base model
-prices the batch; each measured effect of what came before (``sim.cost.after_idle``) is a
-module of its own that wraps a base model (``sim.cost.resolve.compose``). A cost model never
-mutates the batch.
+engine did before it: the previous batch and how long the engine sat idle (``Waits`` counts
+it over an engine's steps). A base model prices the batch; each measured effect of what came
+before (``sim.cost.after_idle``) is a module of its own that wraps a base model
+(``sim.cost.resolve.compose``). A cost model never mutates the batch.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ class StepContext:
     ``prev`` is the step that ran just before it on the same engine (None for the first);
     ``idle_s`` how long the engine last sat idle (0 if it never has) and ``since_idle`` how
     many steps ran back to back between the first step after that wait and this one (0: this
-    is that step), as ``sim.cost.waits.Waits`` counts them. Read-only by contract.
+    is that step), as ``Waits`` counts them. Read-only by contract.
     """
 
     batch: Batch
@@ -40,6 +40,24 @@ class StepContext:
         self.prev = prev
         self.idle_s = idle_s
         self.since_idle = since_idle
+
+
+class Waits:
+    """Counts a ``StepContext``'s ``idle_s`` and ``since_idle`` over the steps of one engine:
+    the simulator counts the steps it runs with it, and fidelity the measured steps it
+    prices, so both charge the same steps. A gap of at most ``from_s`` is back to back."""
+
+    def __init__(self, from_s: float = 0.0) -> None:
+        self.from_s = from_s
+        self.idle_s = 0.0  # the last wait (0 before any)
+        self.since_idle = 0  # steps between the first one after it and this one
+
+    def start(self, gap_s: float) -> None:
+        """A step starts ``gap_s`` after the last one ended (the first: after the run began)."""
+        if gap_s > self.from_s:
+            self.idle_s, self.since_idle = gap_s, 0
+        else:
+            self.since_idle += 1
 
 
 class CostModel(Protocol):

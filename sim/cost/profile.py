@@ -53,7 +53,7 @@ Optional parts (absent in older files, which keep loading):
 - ``after_idle`` (``sim.cost.after_idle.AfterIdle``): the extra execute time of the first steps
   after the engine sat idle, by step kind and idle time, charged by
   ``sim.cost.after_idle.AfterIdleCost`` from a ``StepContext``'s ``idle_s`` and
-  ``since_idle`` (counted by ``sim.cost.waits``).
+  ``since_idle`` (counted by ``sim.cost.base.Waits``).
 """
 
 from __future__ import annotations

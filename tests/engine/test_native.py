@@ -110,11 +110,13 @@ def test_console_scripts_find_every_module(tmp_path: Path) -> None:
 
 _EARLY = """
 import importlib.util, sys, warnings
-# sim.cost.waits (a module of the build) from its source before ``engine`` has installed it
-spec = importlib.util.spec_from_file_location("sim.cost.waits", "sim/cost/waits.py")
-waits = importlib.util.module_from_spec(spec)
-sys.modules[spec.name] = waits
-spec.loader.exec_module(waits)
+# engine.core.stable_seeds (a module of the build, importing none of the project) from its
+# source before ``engine`` has installed it
+spec = importlib.util.spec_from_file_location("engine.core.stable_seeds",
+                                              "engine/core/stable_seeds.py")
+seeds = importlib.util.module_from_spec(spec)
+sys.modules[spec.name] = seeds
+spec.loader.exec_module(seeds)
 with warnings.catch_warnings(record=True) as caught:
     warnings.simplefilter("always")
     from engine import _native
@@ -133,7 +135,8 @@ def test_a_module_imported_before_the_build_keeps_it_off() -> None:
                          cwd=_native.REPO_ROOT, check=True)
     in_use, reason, warning = out.stdout.splitlines()
     assert in_use == "False True"  # the build is off, and the core runs from its sources
-    assert reason == "imported from source before the build was installed: sim.cost.waits"
+    assert reason == ("imported from source before the build was installed: "
+                      "engine.core.stable_seeds")
     assert warning.startswith("the native build is not used: imported from source before")
 
 

@@ -11,7 +11,7 @@ import pytest
 
 from engine.core.records import RequestRecord, RunRecords
 from engine.core.results import TokenEvent
-from loopserve.outputs.vllm_run import (
+from loopserve.outputs.vllm_results import (
     ResultOptions,
     run_vllm_result,
     slo_goodput,
