@@ -135,6 +135,8 @@ class Scheduler:
         """Admit waiting requests into free slots (``WaitingQueue.admit``'s order and bypass
         rule); each claims its KV blocks and joins the prefill queue."""
         free_slots = self.max_num_seqs - len(self.running)
+        if free_slots <= 0 or not self.waiting:
+            return  # what ``WaitingQueue.admit`` returns then, without its call per step
         for req in self.waiting.admit(free_slots, self._try_admit):
             req.status = RequestStatus.RUNNING
             req.stage = Stage.PREFILL
