@@ -16,12 +16,13 @@ from typing import Any
 
 from engine.core.batch import Batch
 from engine.core.results import (
+    STEP_KIND_STAGES,
+    STEP_KINDS,
     StepRecord,
     TokenEvent,
     max_prompt_items_per_request,
     rfc_readbacks,
-    stage_name,
-    step_kind,
+    step_kind_index,
 )
 
 
@@ -103,6 +104,9 @@ class StepTable(RowTable):
         self.num_readbacks = array("i")
         self.max_prompt_items_per_request = array("i")
         self.strings = Strings()
+        # Per step kind (``STEP_KINDS``' order), its stage's and its own code; -1 until seen.
+        self._stage_codes = [-1] * len(STEP_KINDS)
+        self._kind_codes = [-1] * len(STEP_KINDS)
 
     @staticmethod
     def of(rows: Iterable[StepRecord]) -> StepTable:
@@ -118,13 +122,27 @@ class StepTable(RowTable):
     def add_batch(self, batch: Batch, start_s: float, end_s: float, depths: str,
                   num_readbacks: int | None = None) -> None:
         """The row ``StepRecord.from_batch(batch, start_s, end_s, depths, num_readbacks)``
-        would give."""
-        self._add(batch.step, start_s, end_s, stage_name(batch.stage), step_kind(batch),
-                  batch.num_core_calls, batch.num_decode_items, batch.num_prompt_items,
-                  batch.num_prompt_tokens, batch.num_fused_prelude_items, depths,
-                  batch.is_mixed,
-                  rfc_readbacks(batch) if num_readbacks is None else num_readbacks,
-                  max_prompt_items_per_request(batch))
+        would give; the stage and kind codes are looked up once per step kind."""
+        kind = step_kind_index(batch)
+        kind_code = self._kind_codes[kind]
+        if kind_code < 0:  # first seen: code the stage, then the kind, as ``_add`` does
+            self._stage_codes[kind] = self.strings.code(STEP_KIND_STAGES[kind])
+            kind_code = self._kind_codes[kind] = self.strings.code(STEP_KINDS[kind])
+        self.step.append(batch.step)
+        self.start_s.append(start_s)
+        self.end_s.append(end_s)
+        self.stage.append(self._stage_codes[kind])
+        self.kind.append(kind_code)
+        self.core_calls.append(batch.num_core_calls)
+        self.num_decode_items.append(batch.num_decode_items)
+        self.num_prompt_items.append(batch.num_prompt_items)
+        self.num_prompt_tokens.append(batch.num_prompt_tokens)
+        self.num_fused_prelude_items.append(batch.num_fused_prelude_items)
+        self.depths.append(self.strings.code(depths))
+        self.mixed.append(1 if kind == 3 else 0)
+        self.num_readbacks.append(
+            rfc_readbacks(batch) if num_readbacks is None else num_readbacks)
+        self.max_prompt_items_per_request.append(max_prompt_items_per_request(batch))
 
     def _add(self, step: int, start_s: float, end_s: float, stage: str, kind: str,
              core_calls: int, num_decode_items: int, num_prompt_items: int,
@@ -191,6 +209,21 @@ class TokenTable(RowTable):
         self.finished.append(1 if e.finished else 0)
         reason = e.finish_reason
         self.finish_reason.append(-1 if reason is None else self.reasons.code(reason))
+
+    def extend(self, rows: Iterable[TokenEvent]) -> None:
+        """``append`` for each row (a step's events): the columns read once per call."""
+        request, index, time_s = self.request, self.index, self.time_s
+        token_id, exit_depth, finished = self.token_id, self.exit_depth, self.finished
+        finish_reason, request_ids = self.finish_reason, self.request_ids
+        for e in rows:
+            request.append(request_ids.code(e.request_id))
+            index.append(e.index)
+            time_s.append(e.time_s)
+            token_id.append(e.token_id)
+            exit_depth.append(e.exit_depth)
+            finished.append(1 if e.finished else 0)
+            reason = e.finish_reason
+            finish_reason.append(-1 if reason is None else self.reasons.code(reason))
 
     def __len__(self) -> int:
         return len(self.index)

@@ -9,7 +9,7 @@ from engine.core.scheduler import Policy, Scheduler, Selection
 
 def _decode(s: Scheduler) -> Selection:
     s.prefill_batches_since_decode = 0
-    return Stage.RECURRENT, s.take_decode(s.sched.max_num_batched_tokens)
+    return Stage.RECURRENT, s.take_decode(s.max_num_batched_tokens)
 
 
 class _AlternatingPolicy:
@@ -41,14 +41,14 @@ class AtomicPolicy(_AlternatingPolicy):
     """A0: a PREFILL batch runs its chunks through all D depths in one step."""
 
     def _take_prompt_work(self, s: Scheduler) -> Selection | None:
-        return Stage.PREFILL, s.take_atomic_prefill(s.sched.max_num_batched_tokens)
+        return Stage.PREFILL, s.take_atomic_prefill(s.max_num_batched_tokens)
 
 
 class PerDepthPolicy(_AlternatingPolicy):
     """A1: prompt items advance one depth per step in prompt-only RECURRENT batches."""
 
     def _take_prompt_work(self, s: Scheduler) -> Selection | None:
-        return Stage.RECURRENT, s.take_prompts(s.sched.max_num_batched_tokens)
+        return Stage.RECURRENT, s.take_prompts(s.max_num_batched_tokens)
 
 
 class MixedPolicy:
@@ -66,9 +66,9 @@ class MixedPolicy:
         if s.coda_ready():
             return Stage.CODA, s.take_coda()
         s.admit()
-        budget = s.sched.max_num_batched_tokens
+        budget = s.max_num_batched_tokens
         items = s.take_decode(budget)
-        if not items and s.sched.prompt_shortcut and s.prefill:
+        if not items and s.prompt_shortcut and s.prefill:
             prompts = s.take_prompts(budget, to_last_depth=True)
             return (Stage.PREFILL, prompts) if prompts else None
         items += s.take_prompts(budget - len(items))
@@ -91,7 +91,7 @@ class WavefrontPolicy:
         if s.coda_ready():
             return Stage.CODA, s.take_coda()
         s.admit()
-        budget = s.sched.max_num_batched_tokens
+        budget = s.max_num_batched_tokens
         items = s.take_decode(budget)
         items += self._take_chunks(s, budget - len(items))
         return (Stage.RECURRENT, items) if items else None

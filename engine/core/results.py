@@ -178,19 +178,29 @@ def stage_name(stage: Stage) -> str:
     return str(stage.value)
 
 
+STEP_KINDS = ("prelude", "coda", "prefill", "mixed", "decode", "prompt")
+# The stage name of each step kind: a step's kind determines its stage.
+STEP_KIND_STAGES = ("PRELUDE", "CODA", "PREFILL", "RECURRENT", "RECURRENT", "RECURRENT")
+
+
+def step_kind_index(batch: Batch) -> int:
+    """``step_kind(batch)``'s index in ``STEP_KINDS``."""
+    stage = batch.stage
+    if stage is Stage.PRELUDE:
+        return 0
+    if stage is Stage.CODA:
+        return 1
+    if stage is Stage.PREFILL:
+        return 2
+    if batch.num_prompt_items == 0:
+        return 4
+    return 3 if batch.num_decode_items > 0 else 5  # a RECURRENT step with both is mixed
+
+
 def step_kind(batch: Batch) -> str:
     """The steps.csv ``kind`` of a batch, which calibrated profiles also price by:
     decode | prompt | mixed | prefill | prelude | coda."""
-    stage = batch.stage
-    if stage is Stage.PRELUDE:
-        return "prelude"
-    if stage is Stage.CODA:
-        return "coda"
-    if stage is Stage.PREFILL:
-        return "prefill"
-    if batch.is_mixed:
-        return "mixed"
-    return "decode" if batch.num_prompt_items == 0 else "prompt"
+    return STEP_KINDS[step_kind_index(batch)]
 
 
 def depths_text(counts: dict[int, int]) -> str:

@@ -45,8 +45,20 @@ class Scheduler:
         policy: Policy,
     ) -> None:
         self.cfg = cfg
-        self.sched = cfg.scheduler
+        self.sched = sched = cfg.scheduler
         self.num_depths = cfg.model.num_depths
+        # The frozen config's fields read every step, kept as typed attributes: compiled, a
+        # config field is a generic attribute lookup and a boxed value each time.
+        self.max_num_seqs: int = sched.max_num_seqs
+        self.max_num_batched_tokens: int = sched.max_num_batched_tokens
+        self.min_coda_batch_size: int = sched.min_coda_batch_size
+        self.max_prefill_batches_before_decode: int = sched.max_prefill_batches_before_decode
+        self.effective_chunk_size: int = sched.effective_chunk_size
+        self.prompt_shortcut: bool = sched.prompt_shortcut
+        self.read_always: bool = not sched.readback_skip
+        self.incremental_allocation: bool = cfg.cache.incremental_allocation
+        self.one_item_arm: bool = sched.arm in _ONE_ITEM_ARMS
+        self.new_item_per_chunk: bool = sched.arm != "atomic"
         self.block_manager = block_manager
         self.prompt_states = prompt_states
         self.policy = policy
@@ -99,7 +111,7 @@ class Scheduler:
 
     def next_chunk(self, req: Request) -> None:
         """Queue a request's next prompt chunk (a new prompt item under A1 and A2)."""
-        if self.sched.arm != "atomic":
+        if self.new_item_per_chunk:
             self._new_prompt_item(req)
         self.enqueue_prefill(req)
 
@@ -122,7 +134,9 @@ class Scheduler:
     def admit(self) -> None:
         """Admit waiting requests into free slots (``WaitingQueue.admit``'s order and bypass
         rule); each claims its KV blocks and joins the prefill queue."""
-        free_slots = self.sched.max_num_seqs - len(self.running)
+        free_slots = self.max_num_seqs - len(self.running)
+        if free_slots <= 0 or not self.waiting:
+            return  # what ``WaitingQueue.admit`` returns then, without its call per step
         for req in self.waiting.admit(free_slots, self._try_admit):
             req.status = RequestStatus.RUNNING
             req.stage = Stage.PREFILL
@@ -130,7 +144,7 @@ class Scheduler:
             req.admitted_s = self._now
             self._next_admission += 1
             self.running[req.request_id] = req
-            if self.sched.arm in _ONE_ITEM_ARMS:  # wavefront chunks start when scheduled
+            if self.one_item_arm:  # wavefront chunks start when scheduled
                 self._new_prompt_item(req)
             self.enqueue_prefill(req)
 
@@ -141,8 +155,8 @@ class Scheduler:
         bm = self.block_manager
         prefix = bm.cached_prefix(req.block_hashes, req.num_prompt_tokens)
         hit = len(prefix) * bm.block_size
-        if self.cfg.cache.incremental_allocation:
-            now = min(req.num_prompt_tokens, hit + self.sched.effective_chunk_size)
+        if self.incremental_allocation:
+            now = min(req.num_prompt_tokens, hit + self.effective_chunk_size)
         else:
             now = req.lifetime_tokens
         if not bm.allocate(key, now, req.lifetime_tokens, prefix):
@@ -156,7 +170,7 @@ class Scheduler:
 
     def _new_prompt_item(self, req: Request) -> None:
         start = req.num_prefilled_tokens
-        count = min(self.sched.effective_chunk_size, req.num_prompt_tokens - start)
+        count = min(self.effective_chunk_size, req.num_prompt_tokens - start)
         handle = self.prompt_states.acquire(req.request_id, req.generation)
         req.prompt_item = PromptItem(start, count, state=handle)
 
@@ -164,16 +178,16 @@ class Scheduler:
     def coda_ready(self) -> bool:
         if not self.coda:
             return False
-        return len(self.coda) >= self.sched.min_coda_batch_size or not self.recurrent
+        return len(self.coda) >= self.min_coda_batch_size or not self.recurrent
 
     def decode_due(self) -> bool:
         return bool(self.recurrent) and (
-            self.prefill_batches_since_decode >= self.sched.max_prefill_batches_before_decode
+            self.prefill_batches_since_decode >= self.max_prefill_batches_before_decode
         )
 
     # ---- takes ---------------------------------------------------------------------------
     def _grow(self, req: Request, num_tokens: int) -> None:
-        if self.cfg.cache.incremental_allocation and not self.block_manager.ensure_capacity(
+        if self.incremental_allocation and not self.block_manager.ensure_capacity(
             (req.request_id, req.generation), num_tokens
         ):
             raise RuntimeError(f"request {req.request_id}: reserved KV growth failed")
@@ -191,7 +205,7 @@ class Scheduler:
 
     def take_coda(self) -> list[ScheduledItem]:
         queue = self.coda
-        count = min(self.sched.max_num_seqs, len(queue))
+        count = min(self.max_num_seqs, len(queue))
         decode = ItemKind.DECODE
         items = [
             ScheduledItem(req.request_id, req.generation, decode, req.position, 1, 0, 0,
@@ -204,10 +218,10 @@ class Scheduler:
     def take_decode(self, budget: int) -> list[ScheduledItem]:
         """Decode items from the RECURRENT queue head, up to max_num_seqs and ``budget`` rows."""
         queue = self.recurrent
-        count = min(self.sched.max_num_seqs, budget, len(queue))
+        count = min(self.max_num_seqs, budget, len(queue))
         items: list[ScheduledItem] = []
-        incremental = self.cfg.cache.incremental_allocation
-        read_always = not self.sched.readback_skip
+        incremental = self.incremental_allocation
+        read_always = self.read_always
         decode = ItemKind.DECODE
         for req in queue[:count]:
             depth = req.num_depths_done
@@ -260,7 +274,7 @@ class Scheduler:
             if budget <= 0:
                 break
             start = req.num_prefilled_tokens
-            count = min(self.sched.effective_chunk_size, req.num_prompt_tokens - start, budget)
+            count = min(self.effective_chunk_size, req.num_prompt_tokens - start, budget)
             budget -= count
             self._grow(req, start + count)
             items.append(

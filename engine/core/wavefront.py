@@ -56,7 +56,7 @@ def take_chunks(s: Scheduler, budget: int) -> list[ScheduledItem]:
             items.append(_item(req, p))
         start = None if blocked else next_chunk_start(req)
         if start is not None:
-            count = min(s.sched.effective_chunk_size, req.num_prompt_tokens - start)
+            count = min(s.effective_chunk_size, req.num_prompt_tokens - start)
             if count > budget:
                 blocked = True
             else:
