@@ -11,6 +11,7 @@ from engine.core import Batch, EngineCore, SamplingParams, Stage, StepResult
 from engine.core.request import Request
 from engine.core.seeded_executor import SeededExecutor
 from engine.llm import LLM
+from tests.helpers import check_request_kv
 
 Execute = Callable[[Batch, bool], StepResult]  # (batch, raise after housekeeping?)
 
@@ -104,6 +105,7 @@ def run_with_faults(
         if result is not None:
             core.apply(batch, result, now)
         core.block_manager.check_integrity()
+        check_request_kv(core)
         out.finished += core.pop_finished()
     else:
         raise AssertionError(f"did not drain within {max_steps} steps")

@@ -50,6 +50,15 @@ class Drive:
     events: list[TokenEvent] = field(default_factory=list)
 
 
+def check_request_kv(core: EngineCore) -> None:
+    """Every live request holds exactly the allocation the block manager files under its
+    (request_id, generation), or none when it holds no KV."""
+    bm = core.block_manager
+    for req in core.requests.values():
+        held = bm.allocation((req.request_id, req.generation))
+        assert req.kv is held, f"request {req.request_id}: Request.kv is not its allocation"
+
+
 def drive(
     core: EngineCore, ex: SeededExecutor, max_steps: int = 10_000, check: bool = True,
 ) -> Drive:
@@ -67,6 +76,7 @@ def drive(
         out.events.extend(core.apply(batch, result, now))
         if check:
             core.block_manager.check_integrity()
+            check_request_kv(core)
     else:
         raise AssertionError(f"did not drain within {max_steps} steps")
     ex.execute(Batch(-1, batch.stage, (), core.take_housekeeping())) if out.batches else None

@@ -161,7 +161,7 @@ class BlockManager:
         self._reserved_total += reserved
         hit_tokens = hit * self.block_size
         self._allocs[key] = Allocation(
-            tables, reserved, [hit_tokens] * self.num_planes,
+            key, tables, reserved, [hit_tokens] * self.num_planes,
             dict(enumerate(prefix)), hit_tokens, hit,
         )
         return True
@@ -206,6 +206,10 @@ class BlockManager:
 
     def holds(self, key: Key) -> bool:
         return key in self._allocs
+
+    def allocation(self, key: Key) -> Allocation | None:
+        """What ``key`` holds, or None: a request keeps it while it runs (``Request.kv``)."""
+        return self._allocs.get(key)
 
     def block_table(self, key: Key, depth: int) -> list[int]:
         """The block ids of the plane a row at ``depth`` reads and writes."""
@@ -270,8 +274,11 @@ class BlockManager:
         alloc.written[plane] = max(alloc.written[plane], end)
 
     def mark_token(self, key: Key, depth: int, position: int) -> None:
-        """``mark_written`` for one decode token (the hot path: one call per row per step)."""
-        alloc = self._allocs[key]
+        """``mark_written`` for one decode token."""
+        self.mark_token_in(self._allocs[key], depth, position)
+
+    def mark_token_in(self, alloc: Allocation, depth: int, position: int) -> None:
+        """``mark_token`` on a held allocation (the hot path: one call per row per step)."""
         written = alloc.written
         plane = 0 if self.num_planes == 1 else depth
         if (
@@ -279,7 +286,7 @@ class BlockManager:
             or position >= len(alloc.tables[0]) * self.block_size
             or position < alloc.shared_end
         ):
-            self.mark_written(key, depth, position, position + 1)  # raises with the reason
+            self.mark_written(alloc.key, depth, position, position + 1)  # raises the reason
         elif position == written[plane]:
             written[plane] = position + 1
 
@@ -288,7 +295,13 @@ class BlockManager:
         now stands in planes exit_depth+1..D-1. Returns the depths to copy into."""
         if self.num_planes == 1:
             return ()
-        alloc = self._allocs[key]
+        return self.finalize_in(self._allocs[key], position, exit_depth)
+
+    def finalize_in(self, alloc: Allocation, position: int, exit_depth: int) -> tuple[int, ...]:
+        """``finalize`` on a held allocation."""
+        if self.num_planes == 1:
+            return ()
+        key = alloc.key
         if position < alloc.shared_end:
             self._check_unshared(alloc, key, position, position + 1)
         targets = tuple(range(exit_depth + 1, self.num_depths))

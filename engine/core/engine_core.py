@@ -227,14 +227,15 @@ class EngineCore:
         self.scheduler.requeue(req)
 
     def _apply_decode(self, req: Request, item: ScheduledItem, signal: float | None) -> None:
-        key = (req.request_id, req.generation)
-        self.block_manager.mark_token(key, item.depth, item.position)
+        alloc = req.kv
+        assert alloc is not None
+        self.block_manager.mark_token_in(alloc, item.depth, item.position)
         req.num_depths_done = num_done = item.depth + 1
         assert req.decider is not None
         if not req.decider.after_depth(num_done, signal):
             self.scheduler.requeue(req)
             return
-        targets = self.block_manager.finalize(key, item.position, item.depth)
+        targets = self.block_manager.finalize_in(alloc, item.position, item.depth)
         if targets:
             self._finalize.append(
                 FinalizeOp(req.request_id, req.generation, item.position, item.depth, targets)
@@ -315,6 +316,7 @@ class EngineCore:
         if self.block_manager.holds(key):
             self.block_manager.free(key)
             self._released_requests.append(key)
+        req.kv = None
         req.status = RequestStatus.FINISHED
         req.finish_reason = reason
         req.finish_s = self._now

@@ -17,8 +17,10 @@ Key = tuple[str, int]  # (request_id, generation)
 
 @dataclass(slots=True)
 class Allocation:
-    """One request's claim: tables, reservation, written prefixes, shared entries."""
+    """One request's claim: tables, reservation, written prefixes, shared entries. A running
+    request holds its own (``Request.kv``), so the per-row paths skip the key lookup."""
 
+    key: Key  # the (request_id, generation) the block manager files it under
     tables: list[list[int]]
     reserved_blocks: int = 0  # promised to this request, not yet claimed
     written: list[int] = field(default_factory=list)  # per plane: contiguous written prefix

@@ -62,6 +62,7 @@ def reserve_prefilled(
     first = num_prompt + 1 if core.cfg.cache.incremental_allocation else req.lifetime_tokens
     if not bm.allocate(key, min(first, req.lifetime_tokens), req.lifetime_tokens):
         return None
+    req.kv = bm.allocation(key)
     req.decider = make_decider(
         exit_cfg, core.num_depths, request_key=request_id, trace=params.exit_trace,
         seed=params.seed,

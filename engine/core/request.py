@@ -12,6 +12,7 @@ from engine.core.config import ExitConfig
 
 if TYPE_CHECKING:
     from engine.core.exits import ExitDecider
+    from engine.core.kv_allocation import Allocation
 
 # vLLM's default cap on the top log-probabilities a request may ask for per token.
 MAX_LOGPROBS = 20
@@ -194,6 +195,9 @@ class Request:
     finish_reason: str | None = None
     error: str | None = None  # why a failed batch finished it (finish_reason "error")
     admitted_s: float | None = None
+    # The KV the block manager holds for it while it runs; the per-row paths read it
+    # instead of looking it up by (request_id, generation).
+    kv: Allocation | None = None
 
     @property
     def num_prompt_tokens(self) -> int:

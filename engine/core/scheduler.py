@@ -161,6 +161,7 @@ class Scheduler:
             now = req.lifetime_tokens
         if not bm.allocate(key, now, req.lifetime_tokens, prefix):
             return False
+        req.kv = bm.allocation(key)
         if bm.prefix_cache is not None:
             bm.prefix_cache.stats.record(req.num_prompt_tokens, hit)
         if hit:
