@@ -71,15 +71,12 @@ def _prompt_depths(records: RunRecords) -> tuple[np.ndarray, np.ndarray, np.ndar
 def _gaps_s(records: RunRecords, keep: set[str]) -> tuple[np.ndarray, np.ndarray]:
     """Start and end times of every gap between consecutive tokens of a ``keep`` request."""
     toks = records.tokens
-    ids = toks.request_ids.values
-    prev = toks.previous()
-    starts, ends = [], []
-    for k in range(len(prev)):
-        j = prev[k]
-        if j >= 0 and ids[toks.request[k]] in keep:
-            starts.append(toks.time_s[j])
-            ends.append(toks.time_s[k])
-    return np.array(starts, dtype=np.float64), np.array(ends, dtype=np.float64)
+    prev = np.asarray(toks.previous(), dtype=np.int64)
+    kept = np.fromiter((rid in keep for rid in toks.request_ids.values), dtype=bool,
+                       count=len(toks.request_ids.values))
+    rows = np.flatnonzero((prev >= 0) & kept[np.asarray(toks.request, dtype=np.int64)])
+    time_s = np.asarray(toks.time_s, dtype=np.float64)
+    return time_s[prev[rows]], time_s[rows]
 
 
 def _itl_tpot(records: RunRecords, keep: set[str]) -> tuple[Any, Any]:

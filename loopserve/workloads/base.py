@@ -141,7 +141,7 @@ def shared_ints(ids: np.ndarray, vocab_size: int) -> tuple[int, ...]:
     """``ids`` as a tuple of one shared int object per token id: a 100k-request workload
     holds tens of millions of prompt ids, 8 bytes each this way instead of about 36."""
     ints = _ints(vocab_size)
-    return tuple(ints[t] for t in ids.tolist())
+    return tuple(map(ints.__getitem__, ids.tolist()))
 
 
 class SharedPrefix(StrictModel):
