@@ -12,6 +12,7 @@ from typing import TypeVar
 
 from tqdm import tqdm
 
+from engine.core.records import ArrivalSource
 from loopserve.errors import UserError
 from loopserve.plan import Plan, run_source
 from loopserve.plan.sweep import SweepPoint
@@ -19,6 +20,7 @@ from loopserve.runs import interrupts
 from loopserve.stats.metrics import RunResult, summarize
 from loopserve.targets import RunSpec, Target
 from loopserve.targets.sim import SimTarget
+from loopserve.workloads.base import StaticSource
 from sim.validity import check
 
 T = TypeVar("T")
@@ -73,9 +75,13 @@ def each_run(plan: Plan, run_one: Callable[[SweepPoint, RunSpec], T], *,
     return out
 
 
-def run_checked(plan: Plan, target: Target, point: SweepPoint, spec: RunSpec) -> RunResult:
-    """One planned run on ``target``, checked for validity and summarised."""
-    records = target.run(spec, run_source(point.scenario, spec.seed, plan.shape))
+def run_checked(plan: Plan, target: Target, point: SweepPoint, spec: RunSpec,
+                source: ArrivalSource | None = None) -> RunResult:
+    """One planned run on ``target``, checked for validity and summarised; ``source``: its
+    arrival source when the caller has one (``reused_sources``), else built here."""
+    if source is None:
+        source = run_source(point.scenario, spec.seed, plan.shape)
+    records = target.run(spec, source)
     return RunResult(spec, records, check(records, spec.arm),
                      summarize(records, plan.shape.num_depths))
 
@@ -88,5 +94,26 @@ def execute(plan: Plan, *, progress: bool = True, record_steps: bool = True) -> 
     target = target_of(plan)
     if not record_steps and isinstance(target, SimTarget):
         target = replace(target, record_steps=False)
-    return each_run(plan, lambda point, spec: run_checked(plan, target, point, spec),
+    source = reused_sources(plan)
+    return each_run(plan, lambda point, spec: run_checked(plan, target, point, spec,
+                                                          source(point, spec)),
                     progress=progress)
+
+
+def reused_sources(plan: Plan) -> Callable[[SweepPoint, RunSpec], ArrivalSource]:
+    """Each run's arrival source. The arms of one point and repeat run one workload, planned
+    one after another, so a stateless source (``StaticSource``) built for one run serves the
+    next runs with the same point and seed; only the latest is kept."""
+    kept: dict[tuple[int, int], ArrivalSource] = {}
+
+    def source(point: SweepPoint, spec: RunSpec) -> ArrivalSource:
+        key = (spec.point_id, spec.seed)
+        if key in kept:
+            return kept[key]
+        built = run_source(point.scenario, spec.seed, plan.shape)
+        kept.clear()
+        if isinstance(built, StaticSource):
+            kept[key] = built
+        return built
+
+    return source
