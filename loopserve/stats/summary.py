@@ -153,13 +153,14 @@ class ExitDepthCounts(TypedDict):
 def exit_depth_counts(results: Sequence[RunResult], arms: Sequence[str],
                       num_depths: int) -> list[ExitDepthCounts]:
     """Entries in point then arm order (the order of summary.json's medians)."""
-    sums: dict[tuple[int, str], list[int]] = {}
+    sums: dict[tuple[int, str], np.ndarray] = {}
     for r in results:
-        counts = sums.setdefault((r.spec.point_id, r.spec.arm), [0] * num_depths)
-        for tok in r.records.tokens:
-            if tok.index > 0:
-                counts[tok.exit_depth - 1] += 1
-    return [{"point_id": p, "arm": arm, "counts": sums[p, arm]}
+        counts = sums.setdefault((r.spec.point_id, r.spec.arm),
+                                 np.zeros(num_depths, dtype=np.int64))
+        toks = r.records.tokens
+        decoded = np.asarray(toks.index, dtype=np.int64) > 0
+        np.add.at(counts, np.asarray(toks.exit_depth, dtype=np.int64)[decoded] - 1, 1)
+    return [{"point_id": p, "arm": arm, "counts": sums[p, arm].tolist()}
             for p in sorted({p for p, _ in sums}) for arm in arms if (p, arm) in sums]
 
 
