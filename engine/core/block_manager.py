@@ -273,12 +273,10 @@ class BlockManager:
             self._check_unshared(alloc, key, start, end)
         alloc.written[plane] = max(alloc.written[plane], end)
 
-    def mark_token(self, key: Key, depth: int, position: int) -> None:
-        """``mark_written`` for one decode token."""
-        self.mark_token_in(self._allocs[key], depth, position)
-
-    def mark_token_in(self, alloc: Allocation, depth: int, position: int) -> None:
-        """``mark_token`` on a held allocation (the hot path: one call per row per step)."""
+    def mark_token(self, alloc: Allocation, depth: int, position: int) -> None:
+        """``mark_written`` for one decode token of a held allocation (``allocation(key)``,
+        which a running request keeps as ``Request.kv``): the hot path, one call per row per
+        step, so it takes the allocation rather than looking up its key."""
         written = alloc.written
         plane = 0 if self.num_planes == 1 else depth
         if (
@@ -290,15 +288,10 @@ class BlockManager:
         elif position == written[plane]:
             written[plane] = position + 1
 
-    def finalize(self, key: Key, position: int, exit_depth: int) -> tuple[int, ...]:
-        """A decode token at ``position`` exited after zero-based depth ``exit_depth``: its K/V
-        now stands in planes exit_depth+1..D-1. Returns the depths to copy into."""
-        if self.num_planes == 1:
-            return ()
-        return self.finalize_in(self._allocs[key], position, exit_depth)
-
-    def finalize_in(self, alloc: Allocation, position: int, exit_depth: int) -> tuple[int, ...]:
-        """``finalize`` on a held allocation."""
+    def finalize(self, alloc: Allocation, position: int, exit_depth: int) -> tuple[int, ...]:
+        """A decode token at ``position`` of a held allocation exited after zero-based depth
+        ``exit_depth``: its K/V now stands in planes exit_depth+1..D-1. Returns the depths to
+        copy into."""
         if self.num_planes == 1:
             return ()
         key = alloc.key

@@ -229,13 +229,13 @@ class EngineCore:
     def _apply_decode(self, req: Request, item: ScheduledItem, signal: float | None) -> None:
         alloc = req.kv
         assert alloc is not None
-        self.block_manager.mark_token_in(alloc, item.depth, item.position)
+        self.block_manager.mark_token(alloc, item.depth, item.position)
         req.num_depths_done = num_done = item.depth + 1
         assert req.decider is not None
         if not req.decider.after_depth(num_done, signal):
             self.scheduler.requeue(req)
             return
-        targets = self.block_manager.finalize_in(alloc, item.position, item.depth)
+        targets = self.block_manager.finalize(alloc, item.position, item.depth)
         if targets:
             self._finalize.append(
                 FinalizeOp(req.request_id, req.generation, item.position, item.depth, targets)

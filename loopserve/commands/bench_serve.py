@@ -44,14 +44,18 @@ from loopserve.bench.schedule import (
 )
 from loopserve.bench.stream import BACKENDS
 from loopserve.commands import command_help
-from loopserve.commands.args import flag_error, integer, number
+from loopserve.commands.args import (
+    flag_error,
+    integer,
+    number,
+    parse_goodput,
+    parse_metrics,
+    parse_percentiles,
+)
 from loopserve.commands.bench_data import add_dataset_flags, requests_from_args
 from loopserve.errors import UserError
 from loopserve.outputs.files import atomic_write
 from loopserve.outputs.vllm_results import (
-    parse_goodput,
-    parse_metrics,
-    parse_percentiles,
     vllm_results,
 )
 from loopserve.schema.build import model_shape

@@ -27,10 +27,10 @@ from typing import Any
 from tqdm import tqdm
 
 from loopserve.commands import command_help
-from loopserve.commands.args import add_scenario_flags, flag_error, number
+from loopserve.commands.args import add_scenario_flags, flag_error, number, parse_goodput
 from loopserve.errors import UserError
 from loopserve.outputs import env_info, files
-from loopserve.outputs.vllm_results import parse_goodput, slo_goodput
+from loopserve.outputs.vllm_results import slo_goodput
 from loopserve.plan import TARGETS, plan_runs
 from loopserve.report.figures import capacity_png
 from loopserve.runs import interrupts

@@ -17,7 +17,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from loopserve.commands import command_help
-from loopserve.commands.args import add_scenario_flags, flag_error, integer
+from loopserve.commands.args import (
+    add_scenario_flags,
+    flag_error,
+    integer,
+    parse_goodput,
+    parse_metrics,
+    parse_percentiles,
+)
 from loopserve.errors import UserError
 from loopserve.outputs import env_info, files, records
 from loopserve.outputs.rundata import load_run
@@ -27,9 +34,6 @@ from loopserve.outputs.vllm_results import (
     METRICS,
     RUN_PERCENTILES,
     ResultOptions,
-    parse_goodput,
-    parse_metrics,
-    parse_percentiles,
     vllm_run_results,
 )
 from loopserve.plan import TARGETS, Plan, equal_arms, plan_runs

@@ -66,57 +66,6 @@ class RequestOutcome:
     error: str = ""
 
 
-def parse_goodput(items: Sequence[str]) -> dict[str, float]:
-    """``["ttft:500", "tpot:50"]`` -> ``{"ttft": 500.0, "tpot": 50.0}`` (milliseconds);
-    ValueError naming ``--goodput`` on a bad item."""
-    out: dict[str, float] = {}
-    for item in items:
-        name, sep, value = item.partition(":")
-        if not sep or name not in ("ttft", "tpot", "e2el"):
-            raise ValueError(f"--goodput: {item!r} must be ttft:MS, tpot:MS or e2el:MS")
-        try:
-            ms = float(value)
-        except ValueError:
-            raise ValueError(f"--goodput: {item!r}: {value!r} is not a number of ms") from None
-        if not 0 <= ms < float("inf"):
-            raise ValueError(f"--goodput: {item!r}: the SLO must be a finite number >= 0 ms")
-        if name in out:  # the last would win without a word
-            raise ValueError(f"--goodput: {name} given twice ({out[name]:g} and {ms:g}); "
-                             "give each once")
-        out[name] = ms
-    return out
-
-
-def parse_percentiles(text: str) -> tuple[float, ...]:
-    """``"50,90,99"`` -> ``(50.0, 90.0, 99.0)`` (repeats dropped); ValueError naming
-    ``--metric-percentiles`` unless every item is a number in [0, 100]."""
-    out: list[float] = []
-    for item in (part.strip() for part in text.split(",")):
-        try:
-            p = float(item)
-        except ValueError:
-            raise ValueError(f"--metric-percentiles: {item!r} is not a number; use e.g. "
-                             "50,90,99") from None
-        if not 0 <= p <= 100:
-            raise ValueError(f"--metric-percentiles: {item} is outside [0, 100]")
-        if p not in out:
-            out.append(p)
-    return tuple(out)
-
-
-def parse_metrics(text: str) -> tuple[str, ...]:
-    """``"ttft,itl"`` -> ``("ttft", "itl")`` (repeats dropped); ValueError naming
-    ``--percentile-metrics`` on an unknown or empty name."""
-    out: list[str] = []
-    for name in (part.strip() for part in text.split(",")):
-        if name not in METRICS:
-            raise ValueError(f"--percentile-metrics: unknown metric {name!r}; use "
-                             f"{','.join(METRICS)}")
-        if name not in out:
-            out.append(name)
-    return tuple(out)
-
-
 def _stats(values: Sequence[float], percentiles: Sequence[float]) -> tuple[float, float, float,
                                                                            list[float]]:
     arr = np.asarray(values if len(values) else [0.0], dtype=np.float64) * 1000.0

@@ -43,10 +43,10 @@ def test_written_prefix_and_finalize() -> None:
     with pytest.raises(KVIntegrityError, match="history"):
         bm.mark_written(key, 1, 6, 7)  # a gap at position 5
     bm.mark_written(key, 0, 5, 6)  # decode token runs depth 0 only, then exits
-    assert bm.finalize(key, 5, 0) == (1, 2, 3)
+    assert bm.finalize(bm.allocation(key), 5, 0) == (1, 2, 3)
     assert [bm.written(key, d) for d in range(4)] == [6, 6, 6, 6]
     with pytest.raises(KVIntegrityError, match="finalizing"):
-        bm.finalize(key, 5, 0)  # twice is a bug
+        bm.finalize(bm.allocation(key), 5, 0)  # twice is a bug
     with pytest.raises(KVIntegrityError, match="capacity"):
         bm.mark_written(key, 0, 6, 9)
 
@@ -56,7 +56,7 @@ def test_shared_layout_has_one_plane() -> None:
     assert bm.blocks_for(8) == 2
     bm.allocate(("a", 0), 8, 8)
     assert bm.block_table(("a", 0), 0) is bm.block_table(("a", 0), 3)
-    assert bm.finalize(("a", 0), 0, 0) == ()
+    assert bm.finalize(bm.allocation(("a", 0)), 0, 0) == ()
 
 
 @settings(max_examples=60, deadline=None)

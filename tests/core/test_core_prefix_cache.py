@@ -96,11 +96,11 @@ def test_shared_blocks_are_never_written_or_finalized_into() -> None:
     with pytest.raises(KVIntegrityError, match="shared block"):
         bm.mark_written(("a", 0), 0, 2, 5)
     with pytest.raises(KVIntegrityError, match="shared block"):
-        bm.mark_token(("a", 0), 1, 7)
+        bm.mark_token(bm.allocation(("a", 0)), 1, 7)
     with pytest.raises(KVIntegrityError, match="shared block"):
-        bm.finalize(("a", 0), 3, 0)
-    bm.mark_token(("a", 0), 0, 9)  # a decode position past the prompt is private
-    assert bm.finalize(("a", 0), 9, 0) == (1, 2, 3)
+        bm.finalize(bm.allocation(("a", 0)), 3, 0)
+    bm.mark_token(bm.allocation(("a", 0)), 0, 9)  # a decode position past the prompt is private
+    assert bm.finalize(bm.allocation(("a", 0)), 9, 0) == (1, 2, 3)
 
 
 def test_duplicate_block_stays_private() -> None:

@@ -13,10 +13,10 @@ from engine.core.records import RequestRecord, RunRecords
 from engine.core.results import TokenEvent
 from engine.tokenizer import ByteTokenizer
 from loopserve.bench.datasets import arrival_offsets, sample_random, sample_sharegpt
+from loopserve.commands.args import parse_goodput
 from loopserve.outputs.vllm_results import (
     RequestOutcome,
     outcomes_from_records,
-    parse_goodput,
     vllm_results,
 )
 
