@@ -12,11 +12,11 @@ import pytest
 from engine.core import ExitConfig, Stage
 from engine.core.batch import Batch, ItemKind, ScheduledItem
 from engine.core.shapes import TINY
-from sim import make_cost_model, make_signal_fn, simulate
+from sim import make_cost_model
 from sim.cost.calibrated import CalibratedCost
 from sim.cost.profile import load_profile
-from tests.helpers import ListSource, make_config, profile_doc, stage
-from tests.sim.test_sim_driver import ARMS, spec
+from tests.helpers import profile_doc, stage
+from tests.sim.test_sim_driver import ARMS, readback_runs
 
 READBACK_S = 7e-5
 CPU_SMALL = Path(__file__).resolve().parents[2] / "results/profiles/cpu-small.json"
@@ -36,15 +36,7 @@ def _doc(readback: bool) -> dict[str, object]:
 def test_readback_skip_off_costs_exactly_readbacks_times_the_term(arm: str) -> None:
     exit_cfg = ExitConfig(mode="ouro", exit_threshold=1.0)
     cost = CalibratedCost(_doc(readback=True), hardware="cpu", model="tiny")
-    timed = [spec("a", 16, 6), spec("b", 12, 5), spec("c", 20, 4, at=0.0005, injected=True)]
-    runs = {}
-    for skip in (True, False):
-        cfg = make_config(arm, exit=exit_cfg, readback_skip=skip)
-        fn = make_signal_fn(exit_cfg, TINY.num_depths, seed=0)
-        runs[skip] = simulate(cfg, ListSource(list(timed)), cost, signal_fn=fn)
-    on, off = runs[True].steps, runs[False].steps
-    assert [(s.stage, s.num_decode_items, s.depths) for s in on] == [
-        (s.stage, s.num_decode_items, s.depths) for s in off]
+    on, off = readback_runs(arm, exit_cfg, cost)
     extra = [(b.num_readbacks - a.num_readbacks) for a, b in zip(on, off, strict=True)]
     assert sum(extra) > 0 and all(n in (0, 1) for n in extra)
     for a, b, n in zip(on, off, extra, strict=True):

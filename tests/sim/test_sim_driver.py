@@ -11,10 +11,12 @@ import pytest
 
 from engine.core import ExitConfig, SamplingParams, Stage
 from engine.core.records import ArrivalSpec
+from engine.core.results import StepRecord
 from engine.core.shapes import TINY
 from loopserve.stats.metrics import requests_frame, steps_frame, tokens_frame
 from loopserve.workloads import build_source
 from sim import make_cost_model, make_signal_fn, simulate
+from sim.cost.base import CostModel
 from tests.helpers import ListSource, make_config
 
 ARMS = ("atomic", "per_depth", "mixed")
@@ -24,6 +26,22 @@ def spec(rid: str, prompt_tokens: int, max_tokens: int, at: float | None = 0.0,
          injected: bool = False) -> ArrivalSpec:
     return ArrivalSpec(rid, tuple(range(1, prompt_tokens + 1)),
                        SamplingParams(max_tokens=max_tokens, ignore_eos=True), at, injected)
+
+def readback_runs(arm: str, exit_cfg: ExitConfig, cost: CostModel) -> tuple[list[StepRecord],
+                                                                          list[StepRecord]]:
+    """The steps of one small workload with ``readback_skip`` on and off; asserts both run
+    the same batches (the knob changes what a step reads back, never what it schedules)."""
+    timed = [spec("a", 16, 6), spec("b", 12, 5), spec("c", 20, 4, at=0.0005, injected=True)]
+    runs = {}
+    for skip in (True, False):
+        cfg = make_config(arm, exit=exit_cfg, readback_skip=skip)
+        fn = make_signal_fn(exit_cfg, TINY.num_depths, seed=0)
+        runs[skip] = simulate(cfg, ListSource(list(timed)), cost, signal_fn=fn)
+    on, off = runs[True].steps, runs[False].steps
+    assert [(s.stage, s.num_decode_items, s.depths) for s in on] == [
+        (s.stage, s.num_decode_items, s.depths) for s in off]
+    return on, off
+
 
 
 @pytest.mark.parametrize("arm", ARMS)
@@ -164,15 +182,7 @@ def test_readback_skip_off_charges_a_readback_per_decode_loop(arm: str, mode: st
     more; with it on (the default) only CODA steps read back. Same batches either way."""
     exit_cfg = ExitConfig(mode=mode, exit_threshold=1.0)
     cost = make_cost_model("roofline", TINY, hardware="h200")
-    timed = [spec("a", 16, 6), spec("b", 12, 5), spec("c", 20, 4, at=0.0005, injected=True)]
-    runs = {}
-    for skip in (True, False):
-        cfg = make_config(arm, exit=exit_cfg, readback_skip=skip)
-        fn = make_signal_fn(exit_cfg, TINY.num_depths, seed=0)
-        runs[skip] = simulate(cfg, ListSource(list(timed)), cost, signal_fn=fn)
-    on, off = runs[True].steps, runs[False].steps
-    assert [(s.stage, s.num_decode_items, s.depths) for s in on] == [
-        (s.stage, s.num_decode_items, s.depths) for s in off]
+    on, off = readback_runs(arm, exit_cfg, cost)
     loops = [s.stage == "RECURRENT" and s.num_decode_items > 0 for s in off]
     assert sum(loops) > 0
     assert [s.num_readbacks for s in on] == [int(s.stage == "CODA") for s in on]
