@@ -151,16 +151,17 @@ def reference_point(scenario: Mapping[str, Any], points: Sequence[PointRow]) -> 
         values = p["values"]
         if values.get(VARIANT_KEY, first_variant) != first_variant:
             continue
-        if all(_get(scenario, k) == v for k, v in values.items() if k != VARIANT_KEY):
+        if all(lookup(scenario, k) == v for k, v in values.items() if k != VARIANT_KEY):
             return int(p["point_id"])
     return int(points[0]["point_id"])
 
 
-def _get(data: object, dotted: str) -> object:
+def lookup(data: Any, dotted: str, missing: Any = None) -> Any:
+    """The value at dotted path ``dotted`` in nested dicts, or ``missing`` when it is absent."""
     node = data
     for part in dotted.split("."):
         if not isinstance(node, dict) or part not in node:
-            return None
+            return missing
         node = node[part]
     return node
 

@@ -19,6 +19,7 @@ from typing import Any
 
 from loopserve.errors import UserError
 from loopserve.plan import plan_runs
+from loopserve.plan.sweep import lookup
 from loopserve.runs.capacity_probe import at_rate
 from loopserve.schema.load import set_path, validate
 from loopserve.schema.scenario import Scalar, Scenario
@@ -54,15 +55,6 @@ class Config:
 
 def _text(value: Any) -> str:
     return "default" if value is UNSET else json.dumps(value)
-
-
-def _lookup(data: Any, dotted: str) -> Any:
-    node = data
-    for part in dotted.split("."):
-        if not isinstance(node, dict) or part not in node:
-            return UNSET
-        node = node[part]
-    return node
 
 
 def base_data(scn: Scenario) -> dict[str, Any]:
@@ -108,7 +100,8 @@ def expand(scn: Scenario, start: float) -> list[Config]:
     space.update(scn.tune)
     dump = scn.model_dump()
     grid = [dict(zip(space, combo, strict=True)) for combo in itertools.product(*space.values())]
-    defaults = [{k: (arm if k == ARM else _lookup(dump, k)) for k in space} for arm in scn.arms]
+    defaults = [{k: (arm if k == ARM else lookup(dump, k, UNSET)) for k in space}
+                for arm in scn.arms]
     keys = [json.dumps(g, sort_keys=True) for g in grid]
     grid += [d for d in defaults if json.dumps(d, sort_keys=True) not in keys]
     default_keys = {json.dumps(d, sort_keys=True) for d in defaults}
