@@ -37,7 +37,10 @@ from loopserve.outputs.files import staged_dir
 from loopserve.workloads import build_source
 from sim import make_cost_model, simulate
 
-TARGET_CORE_CALLS_S = 50_000
+# Each arm's median must reach both: a rate, and a share of what SimPy alone manages on the
+# same machine in the same run (the ratio holds across machines, the rate on this one).
+TARGET_CORE_CALLS_S = 150_000
+TARGET_RATIO_TO_SIMPY_LOOP = 0.1
 MODEL = "ouro-1.4b"
 WORKLOAD: dict[str, Any] = {
     "kind": "poisson",
@@ -182,7 +185,8 @@ def main(argv: list[str] | None = None) -> int:
 
     native = native_build()
     print(f"simulating {args.num_requests} poisson requests on {MODEL}/h200 roofline, "
-          f"median of {args.repeats} runs per arm (target {TARGET_CORE_CALLS_S:,} core calls/s)")
+          f"median of {args.repeats} runs per arm (targets per arm: {TARGET_CORE_CALLS_S:,} core "
+          f"calls/s and {TARGET_RATIO_TO_SIMPY_LOOP}x the SimPy loop)")
     print(f"native build: {native['reason']}; prefix caching {args.prefix_caching}"
           + (f", {args.shared_prefix}-token shared prefixes" if args.shared_prefix else ""))
     print(f"{'arm':<10} {'core calls':>10} {'steps':>8} {'items/call':>10} {'wall s':>7} "
@@ -210,8 +214,10 @@ def main(argv: list[str] | None = None) -> int:
         "prefix_caching": args.prefix_caching == "on",
         "scheduler": scheduler, "num_blocks": NUM_BLOCKS, "seed": args.seed,
         "repeats": args.repeats, "target_core_calls_s": TARGET_CORE_CALLS_S,
+        "target_ratio_to_simpy_loop": TARGET_RATIO_TO_SIMPY_LOOP,
         "native": native["active"], "arms": arms,
         "min_median_core_calls_s": min(a["median_core_calls_s"] for a in arms),
+        "min_ratio_to_simpy_loop": min(a["ratio_to_simpy_loop"] for a in arms),
     }
     if args.cluster_replicas > 0:
         from tools.bench_cluster import cluster_row
@@ -233,9 +239,11 @@ def main(argv: list[str] | None = None) -> int:
     with staged_dir(final) as tmp:
         (tmp / "bench.json").write_text(json.dumps(result, indent=2) + "\n")
         (tmp / "env.json").write_text(json.dumps(environment(), indent=2) + "\n")
-    slowest = result["min_median_core_calls_s"]
-    verdict = "met" if slowest >= TARGET_CORE_CALLS_S else "MISSED"
-    print(f"slowest arm: {slowest:,.0f} core calls/s; target {TARGET_CORE_CALLS_S:,}: {verdict}")
+    slowest, lowest = result["min_median_core_calls_s"], result["min_ratio_to_simpy_loop"]
+    print(f"slowest arm: {slowest:,.0f} core calls/s; target {TARGET_CORE_CALLS_S:,}: "
+          f"{'met' if slowest >= TARGET_CORE_CALLS_S else 'MISSED'}")
+    print(f"lowest ratio to the SimPy loop: {lowest:.3f}; target {TARGET_RATIO_TO_SIMPY_LOOP}: "
+          f"{'met' if lowest >= TARGET_RATIO_TO_SIMPY_LOOP else 'MISSED'}")
     print(f"wrote {final}/bench.json")
     return 0
 

@@ -21,6 +21,9 @@ def test_bench_writes_rates_for_every_arm_and_the_pure_comparison(tmp_path: Path
         assert a["num_requests"] == 12 and a["num_core_calls"] > 0
         assert a["median_core_calls_s"] > 0 and a["pure_median_core_calls_s"] > 0
         assert a["native_speedup"] == a["median_core_calls_s"] / a["pure_median_core_calls_s"]
+    assert result["min_ratio_to_simpy_loop"] == min(a["ratio_to_simpy_loop"]
+                                                    for a in result["arms"])
+    assert result["target_ratio_to_simpy_loop"] == bench.TARGET_RATIO_TO_SIMPY_LOOP
     # under `make test` the native build is in use and the pure runs really ran without it
     assert result["native"] is env["native"]["active"] is (
         os.environ.get("LOOPSERVE_EXPECT_NATIVE") == "1" or result["native"])
