@@ -25,7 +25,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Final, Literal
 
 from engine.core.config import ExitConfig
-from engine.core.exits import stable_seed
+from engine.core.exits import reads_signals, stable_seed
 from engine.core.seeded_executor import SignalFn
 from engine.core.stable_seeds import StableSeeds
 
@@ -191,7 +191,31 @@ def make_signal_fn(
     ``profile`` when one is given (its regime for ``exit_cfg`` and the cache ``layout`` when
     it has one, else its full-depth rows; a token without an own row reads a row of one
     measured prompt per request, ``draw: request``, or any row, ``draw: token``), else the
-    synthetic stream."""
+    synthetic stream. At an ``exit_threshold`` no decider reads a value of
+    (``engine.core.exits.reads_signals``: every token runs ``max_loops``), the stream is
+    built to check its settings and the rows read back carry 0.0 instead of a draw."""
+    fn = _stream(exit_cfg, num_depths, seed=seed, mean_lambdas=mean_lambdas, sigma=sigma,
+                 profile=profile, layout=layout, draw=draw)
+    if fn is None or reads_signals(exit_cfg.exit_threshold):
+        return fn
+    return _unread_signal
+
+
+def _unread_signal(request_id: str, position: int, depth: int) -> float:
+    return 0.0
+
+
+def _stream(
+    exit_cfg: ExitConfig,
+    num_depths: int,
+    *,
+    seed: int,
+    mean_lambdas: Sequence[float] | None,
+    sigma: float,
+    profile: ExitProfile | None,
+    layout: str,
+    draw: ExitDraw,
+) -> SignalFn | None:
     if exit_cfg.mode not in SIGNAL_MODES:
         return None
     if profile is not None:
