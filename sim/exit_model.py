@@ -20,12 +20,12 @@ threshold).
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
-from statistics import NormalDist
-from typing import TYPE_CHECKING, Literal
+import statistics
+from collections.abc import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Final, Literal
 
 from engine.core.config import ExitConfig
-from engine.core.exits import stable_seed
+from engine.core.exits import reads_signals, stable_seed
 from engine.core.seeded_executor import SignalFn
 from engine.core.stable_seeds import StableSeeds
 
@@ -39,7 +39,19 @@ SIGNAL_MODES: frozenset[str] = frozenset({"ouro", "ouro_delayed", "random_lookah
 # so its tokens exit alike as the real model's do, or draw each token from any row.
 ExitDraw = Literal["request", "token"]
 EXIT_DRAWS: tuple[str, ...] = ("request", "token")
-_EPS = 1e-12
+_EPS: Final = 1e-12
+_MAX_PICKS: Final = 4096  # kept per-request prompt picks; a run holds far fewer at once
+
+
+def _reference_inv_cdf(p: float, mu: float, sigma: float) -> float:
+    return statistics.NormalDist(mu, sigma).inv_cdf(p)
+
+
+# NormalDist().inv_cdf(p) checks p and sigma, then returns _normal_dist_inv_cdf(p, 0.0, 1.0)
+# (C where the interpreter has it); a signal's p is already inside (0, 1), so it calls that
+# directly and skips the interpreted wrapper.
+_normal_inv_cdf: Callable[[float, float, float], float] = getattr(
+    statistics, "_normal_dist_inv_cdf", _reference_inv_cdf)
 
 
 def _logit(p: float) -> float:
@@ -79,13 +91,14 @@ def lambda_signal_fn(seed: int, mean_lambdas: Sequence[float], sigma: float = 0.
     # A mean of exactly 0 or 1 gives that constant λ (an infinite logit).
     logits = tuple(_logit(m) for m in mean_lambdas)
     last = len(logits) - 1
-    inv_cdf = NormalDist().inv_cdf
-
+    inv_cdf = _normal_inv_cdf
     seeds = StableSeeds(seed, "lambda")
+    low = _EPS
+    high = 1.0 - _EPS
 
     def signal(request_id: str, position: int, depth: int) -> float:
-        u = (seeds.at_depth(request_id, position, depth) >> 11) / float(1 << 53)
-        z = inv_cdf(min(max(u, _EPS), 1.0 - _EPS))
+        u = (seeds.at_depth(request_id, position, depth) >> 11) / 9007199254740992.0  # 2**53
+        z = inv_cdf(low if u < low else high if u > high else u, 0.0, 1.0)
         x = logits[depth if depth < last else last] + sigma * z
         return _sigmoid(x)
 
@@ -111,9 +124,15 @@ def request_row(seed: int, prompts: Sequence[Sequence[int]], request_id: str,
     """The profile row a token reads under ``draw: request``: every token of a request reads
     the rows of one measured prompt (picked by (seed, request)), walking them in position
     order from a start picked the same way, round again when the request outlives them."""
+    rows, start = _request_prompt(seed, prompts, request_id)
+    return rows[(position + start) % len(rows)]
+
+
+def _request_prompt(seed: int, prompts: Sequence[Sequence[int]],
+                    request_id: str) -> tuple[Sequence[int], int]:
+    """The rows of the prompt ``request_id`` reads and the start of its walk."""
     pick = stable_seed(seed, "profile-request", request_id)
-    rows = prompts[pick % len(prompts)]
-    return rows[(position + (pick >> 32)) % len(rows)]
+    return prompts[pick % len(prompts)], pick >> 32
 
 
 def profile_signal_fn(seed: int, rows: Sequence[Sequence[float | None]],
@@ -134,11 +153,23 @@ def profile_signal_fn(seed: int, rows: Sequence[Sequence[float | None]],
     if prompts is not None and not groups:
         raise ValueError("exit.profile: the profile holds no prompts")
 
+    # request_row and profile_row, with each request's prompt picked once and its hash kept.
+    picks: dict[str, tuple[Sequence[int], int]] = {}
+    row_seeds = StableSeeds(seed, "profile")
+
     def signal(request_id: str, position: int, depth: int) -> float:
         k = mine.get((request_id, position)) if mine else None
         if k is None:
-            k = (request_row(seed, groups, request_id, position) if groups
-                 else profile_row(seed, n, request_id, position))
+            if groups:
+                pick = picks.get(request_id)
+                if pick is None:
+                    if len(picks) >= _MAX_PICKS:
+                        picks.clear()
+                    pick = picks[request_id] = _request_prompt(seed, groups, request_id)
+                rows, start = pick
+                k = rows[(position + start) % len(rows)]
+            else:
+                k = row_seeds.at(request_id, position) % n
         v = table[k][depth]
         return math.nan if v is None else v
 
@@ -160,7 +191,31 @@ def make_signal_fn(
     ``profile`` when one is given (its regime for ``exit_cfg`` and the cache ``layout`` when
     it has one, else its full-depth rows; a token without an own row reads a row of one
     measured prompt per request, ``draw: request``, or any row, ``draw: token``), else the
-    synthetic stream."""
+    synthetic stream. At an ``exit_threshold`` no decider reads a value of
+    (``engine.core.exits.reads_signals``: every token runs ``max_loops``), the stream is
+    built to check its settings and the rows read back carry 0.0 instead of a draw."""
+    fn = _stream(exit_cfg, num_depths, seed=seed, mean_lambdas=mean_lambdas, sigma=sigma,
+                 profile=profile, layout=layout, draw=draw)
+    if fn is None or reads_signals(exit_cfg.exit_threshold):
+        return fn
+    return _unread_signal
+
+
+def _unread_signal(request_id: str, position: int, depth: int) -> float:
+    return 0.0
+
+
+def _stream(
+    exit_cfg: ExitConfig,
+    num_depths: int,
+    *,
+    seed: int,
+    mean_lambdas: Sequence[float] | None,
+    sigma: float,
+    profile: ExitProfile | None,
+    layout: str,
+    draw: ExitDraw,
+) -> SignalFn | None:
     if exit_cfg.mode not in SIGNAL_MODES:
         return None
     if profile is not None:

@@ -49,6 +49,13 @@ def stable_seed(*parts: object) -> int:
     return int.from_bytes(digest, "little")
 
 
+def reads_signals(exit_threshold: float) -> bool:
+    """Whether an ``ouro``, ``ouro_delayed`` or ``random_lookahead`` decider at
+    ``exit_threshold`` ever reads a signal's value: at 1 or above no token exits early, so a
+    signal read back (``readback_skip`` off) is never used."""
+    return exit_threshold < 1.0
+
+
 class FixedExit(ExitDecider):
     def __init__(self, max_loops: int) -> None:
         self.max_loops = max_loops
@@ -113,7 +120,7 @@ class OuroExit(ExitDecider):
         self.min_loops = min_loops
         self.max_loops = max_loops
         self.delayed = delayed
-        self.adaptive = threshold < 1.0
+        self.adaptive = reads_signals(threshold)
         self.remaining = 1.0
         self.pending: int | None = None
 
@@ -155,7 +162,7 @@ class LookaheadExit(ExitDecider):
         self.threshold = threshold
         self.min_loops = min_loops
         self.max_loops = max_loops
-        self.adaptive = threshold < 1.0
+        self.adaptive = reads_signals(threshold)
         self.pending: int | None = None
 
     def start_token(self, index: int) -> None:

@@ -85,12 +85,39 @@ class SeededExecutor:
             self.released_handles.add(h.handle_id)
 
     def _use_prompt_states(self, batch: Batch) -> None:
-        for it in batch.items:
+        # Only prompt items carry a state (as the runner reads them), and they follow the
+        # decode items: walk back from the end until all of them are seen.
+        items = batch.items
+        prompt = ItemKind.PROMPT
+        left = batch.num_prompt_items
+        i = len(items)
+        while left > 0 and i > 0:
+            i -= 1
+            it = items[i]
+            if it.kind is not prompt:
+                continue
+            left -= 1
             state = it.prompt_state
             if state is not None:
                 if state.handle_id in self.released_handles:
                     raise RuntimeError(f"step {batch.step} uses released prompt state")
                 self.live_handles.add(state.handle_id)
+
+    def _signals(self, batch: Batch) -> tuple[float, ...]:
+        # One per decode item in order; decode items come first, so the scan stops after the
+        # last of them.
+        fn = self.signal_fn
+        decode = ItemKind.DECODE
+        num_decode = batch.num_decode_items
+        signals: list[float] = []
+        for it in batch.items:
+            if len(signals) == num_decode:
+                break
+            if it.kind is decode:
+                signals.append(fn(it.request_id, it.position, it.depth) if it.needs_signal
+                               else 0.0)
+        self.num_signals_read += len(signals)
+        return tuple(signals)
 
     def execute(self, batch: Batch) -> StepResult:
         """The result ``EngineCore.apply`` expects for ``batch``."""
@@ -101,16 +128,12 @@ class SeededExecutor:
             return CodaResult(
                 batch.step, tuple(self.token(it.request_id, it.position) for it in batch.items)
             )
-        if stage is not Stage.PRELUDE:
+        if stage is Stage.PRELUDE:
+            return StepResult(batch.step)
+        if batch.num_prompt_items:
             self._use_prompt_states(batch)
         if stage is Stage.RECURRENT:
             if not batch.needs_signals:
                 return RecurrentResult(batch.step, None)
-            fn = self.signal_fn
-            signals = tuple(
-                fn(it.request_id, it.position, it.depth) if it.needs_signal else 0.0
-                for it in batch.items if it.kind is ItemKind.DECODE
-            )
-            self.num_signals_read += len(signals)
-            return RecurrentResult(batch.step, signals)
+            return RecurrentResult(batch.step, self._signals(batch))
         return StepResult(batch.step)

@@ -81,3 +81,24 @@ def test_another_engine_gets_the_same_streams_and_its_own_handles() -> None:
     # Handle 0 of the other engine's own numbering runs there.
     other.execute(Batch(1, Stage.RECURRENT, (
         ScheduledItem("p", 0, ItemKind.PROMPT, 0, 8, prompt_state=handle),)))
+
+
+def test_signals_and_prompt_states_whatever_the_item_order() -> None:
+    """Decode items come first in a scheduled batch; a batch built otherwise still gets one
+    signal per decode item in order and has every prompt item's state checked."""
+    ex = SeededExecutor(signal_fn=lambda rid, pos, d: pos + d / 10)
+    released = PromptStateHandle(7, "p2", 0)
+    ex.execute(_coda(0, ["q"], Housekeeping(released_handles=(released,))))
+    items = (
+        ScheduledItem("p1", 0, ItemKind.PROMPT, 0, 8, prompt_state=PromptStateHandle(1, "p1", 0)),
+        ScheduledItem("a", 0, ItemKind.DECODE, 5, 1, depth=1, needs_signal=True),
+        ScheduledItem("p3", 0, ItemKind.PROMPT, 0, 4, prompt_state=PromptStateHandle(3, "p3", 0)),
+        ScheduledItem("b", 0, ItemKind.DECODE, 6, 1, depth=2),
+        ScheduledItem("c", 0, ItemKind.DECODE, 7, 1, depth=3, needs_signal=True),
+    )
+    signals = ex.execute(Batch(1, Stage.RECURRENT, items)).decode_signals  # type: ignore[attr-defined]
+    assert signals == (pytest.approx(5.1), 0.0, pytest.approx(7.3))
+    assert ex.live_handles == {1, 3} and ex.num_signals_read == 3
+    late = ScheduledItem("p2", 0, ItemKind.PROMPT, 0, 4, prompt_state=released)
+    with pytest.raises(RuntimeError, match="released prompt state"):
+        ex.execute(Batch(2, Stage.RECURRENT, (late, *items)))
