@@ -58,6 +58,8 @@ class BlockManager:
         # Everything per engine that changes a prompt position's K/V besides its tokens.
         self._prefix_key = f"{cache.layout}/{num_depths}"
         self._prefix_root = root_hash(self._prefix_key)
+        # finalize's copy targets by exit depth, built once: one tuple per exited token otherwise.
+        self._finalize_targets = [tuple(range(d + 1, num_depths)) for d in range(num_depths + 1)]
 
     # ---- capacity -------------------------------------------------------------------------
     def blocks_for(self, num_tokens: int) -> int:
@@ -297,7 +299,7 @@ class BlockManager:
         key = alloc.key
         if position < alloc.shared_end:
             self._check_unshared(alloc, key, position, position + 1)
-        targets = tuple(range(exit_depth + 1, self.num_depths))
+        targets = self._finalize_targets[exit_depth]
         for d in targets:
             if alloc.written[d] != position:
                 raise KVIntegrityError(

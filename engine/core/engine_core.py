@@ -8,6 +8,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import cast
 
 from engine.core.batch import (
     EMPTY_HOUSEKEEPING,
@@ -33,6 +34,7 @@ from engine.core.request import (
 )
 from engine.core.results import CodaResult, RecurrentResult, StepResult, TokenEvent, result_matches
 from engine.core.scheduler import Scheduler
+from engine.core.wavefront import advance_chunk, release_chunks
 
 
 class EngineCore:
@@ -54,6 +56,9 @@ class EngineCore:
         self._next_arrival = 0
         self._next_step = 0
         self._now = 0.0
+        # The latest scheduled batch until it is applied or failed: ``apply`` then reads its
+        # items' requests from ``scheduler.taken`` instead of looking each one up by id.
+        self._scheduled: Batch | None = None
 
     # ---- requests ------------------------------------------------------------------------
     def add_request(
@@ -120,6 +125,10 @@ class EngineCore:
     def num_running(self) -> int:
         return len(self.scheduler.running)
 
+    def has_finished(self) -> bool:
+        """Whether a request finished since the last ``pop_finished``."""
+        return bool(self._finished)
+
     def pop_finished(self) -> list[Request]:
         """Requests finished since the last call (any reason), in finish order."""
         out, self._finished = self._finished, []
@@ -129,11 +138,15 @@ class EngineCore:
     def schedule(self, now: float) -> Batch | None:
         """Pick the next batch, or None when nothing can run now."""
         self._now = now
+        self._scheduled = None
         sel = self.scheduler.schedule(now)
         if sel is None:
             return None
-        batch = Batch(self._next_step, sel[0], tuple(sel[1]), self.take_housekeeping())
+        items = tuple(sel[1])
+        assert len(self.scheduler.taken) == len(items)
+        batch = Batch(self._next_step, sel[0], items, self.take_housekeeping())
         self._next_step += 1
+        self._scheduled = batch
         return batch
 
     def take_housekeeping(self) -> Housekeeping:
@@ -159,16 +172,17 @@ class EngineCore:
             )
         self._now = now
         stage = batch.stage
-        requests = self.requests
+        reqs = self._requests_of(batch)
         if stage is Stage.RECURRENT:
             assert isinstance(result, RecurrentResult)
-            self._apply_recurrent(batch, result.decode_signals)
+            self._apply_recurrent(batch, reqs, result.decode_signals)
             return []
         events: list[TokenEvent] = []
-        for i, item in enumerate(batch.items):
-            req = requests.get(item.request_id)
-            if req is None or req.generation != item.generation:
+        items = batch.items
+        for i, req in enumerate(reqs):
+            if req is None or req.status is RequestStatus.FINISHED:
                 continue  # aborted, failed or reused id: a late result never touches it
+            item = items[i]
             if stage is Stage.PRELUDE:
                 self._apply_prelude(req)
             elif stage is Stage.CODA:
@@ -179,12 +193,32 @@ class EngineCore:
                 self._apply_prompt(req, item)
         return events
 
-    def _apply_recurrent(self, batch: Batch, signals: tuple[float, ...] | None) -> None:
-        requests = self.requests
-        decode_index = 0
+    def _requests_of(self, batch: Batch) -> list[Request | None]:
+        """Each item's request as scheduled, or None where its id no longer names it; the
+        caller skips finished ones too. A finished request never runs again, so the latest
+        batch's own requests (``scheduler.taken``) stand in for the lookup by id
+        (``_lookup_requests``), which any other batch gets."""
+        if batch is self._scheduled:
+            self._scheduled = None
+            return cast(list[Request | None], self.scheduler.taken)  # read, never written
+        return self._lookup_requests(batch)
+
+    def _lookup_requests(self, batch: Batch) -> list[Request | None]:
+        out: list[Request | None] = []
         for item in batch.items:
-            req = requests.get(item.request_id)
-            stale = req is None or req.generation != item.generation
+            req = self.requests.get(item.request_id)
+            out.append(req if req is not None and req.generation == item.generation else None)
+        return out
+
+    def _apply_recurrent(
+        self, batch: Batch, reqs: list[Request | None], signals: tuple[float, ...] | None,
+    ) -> None:
+        decode_index = 0
+        finished = RequestStatus.FINISHED
+        items = batch.items
+        for i, req in enumerate(reqs):
+            item = items[i]
+            stale = req is None or req.status is finished
             if item.kind is ItemKind.PROMPT:
                 if not stale:
                     assert req is not None
@@ -210,6 +244,8 @@ class EngineCore:
         failed = []
         if batch.step == self._next_step - 1:  # the latest batch: undo its turn
             self.scheduler.undo_fairness()
+        if batch is self._scheduled:
+            self._scheduled = None
         for item in batch.items:
             req = self.requests.get(item.request_id)
             if req is not None and req.generation == item.generation:
@@ -233,7 +269,7 @@ class EngineCore:
         req.num_depths_done = num_done = item.depth + 1
         assert req.decider is not None
         if not req.decider.after_depth(num_done, signal):
-            self.scheduler.requeue(req)
+            self.scheduler.recurrent.append(req)  # its next depth
             return
         targets = self.block_manager.finalize(alloc, item.position, item.depth)
         if targets:
@@ -244,9 +280,7 @@ class EngineCore:
         self.scheduler.requeue(req)
 
     def _apply_prompt(self, req: Request, item: ScheduledItem) -> None:
-        if req.prompt_chunks:  # the wavefront arm (loaded only by its runs)
-            from engine.core.wavefront import advance_chunk
-
+        if req.prompt_chunks:  # the wavefront arm
             if advance_chunk(self.scheduler, req, item):
                 self._prompt_done(req)
             return
@@ -309,8 +343,6 @@ class EngineCore:
             self.prompt_states.release(req.prompt_item.state)
             req.prompt_item = None
         if req.prompt_chunks:
-            from engine.core.wavefront import release_chunks
-
             release_chunks(self.scheduler, req)
         key = (req.request_id, req.generation)
         if self.block_manager.holds(key):

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from engine.core.request import Stage
 from engine.core.scheduler import Policy, Scheduler, Selection
+from engine.core.wavefront import take_chunks
 
 
 def _decode(s: Scheduler) -> Selection:
@@ -12,7 +13,7 @@ def _decode(s: Scheduler) -> Selection:
     return Stage.RECURRENT, s.take_decode(s.max_num_batched_tokens)
 
 
-class _AlternatingPolicy:
+class _AlternatingPolicy(Policy):
     """PRELUDE, ready CODA, decode-due RECURRENT, admit, prompt work, RECURRENT: prompt batches
     alternate with decode batches (``max_prefill_batches_before_decode``)."""
 
@@ -51,7 +52,7 @@ class PerDepthPolicy(_AlternatingPolicy):
         return Stage.RECURRENT, s.take_prompts(s.max_num_batched_tokens)
 
 
-class MixedPolicy:
+class MixedPolicy(Policy):
     """A2: one RECURRENT core call takes decode items first, then whole prompt items in
     admission order up to the token budget (RFC §2). No ``decode_due``: prompt items never
     displace a ready decode item.
@@ -75,15 +76,10 @@ class MixedPolicy:
         return (Stage.RECURRENT, items) if items else None
 
 
-class WavefrontPolicy:
+class WavefrontPolicy(Policy):
     """A3: mixed batching where a request may hold several prompt items at once, at
     different depths (``engine.core.wavefront``): decode items first, then ready (chunk,
     depth) items in admission order and chunk order, while they fit the token budget."""
-
-    def __init__(self) -> None:
-        from engine.core import wavefront  # loaded only by the wavefront arm's runs
-
-        self._take_chunks = wavefront.take_chunks
 
     def select(self, s: Scheduler) -> Selection | None:
         if s.prelude:
@@ -93,7 +89,7 @@ class WavefrontPolicy:
         s.admit()
         budget = s.max_num_batched_tokens
         items = s.take_decode(budget)
-        items += self._take_chunks(s, budget - len(items))
+        items += take_chunks(s, budget - len(items))
         return (Stage.RECURRENT, items) if items else None
 
 

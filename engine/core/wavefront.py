@@ -68,6 +68,7 @@ def take_chunks(s: Scheduler, budget: int) -> list[ScheduledItem]:
                 items.append(_item(req, p))
         if len(items) > num_before:
             taken.append(req)
+            s.taken += [req] * (len(items) - num_before)  # one per item, for ``apply``
         if blocked:
             break
     for req in taken:
