@@ -5,6 +5,7 @@ from __future__ import annotations
 import enum
 from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import Final
 
 from engine.core.request import PromptItem, PromptStateHandle, SamplingParams, Stage
 
@@ -110,19 +111,33 @@ class FinalizeOp:
         self.to_depths = to_depths
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True, init=False)
 class Housekeeping:
-    """Runner-side work accumulated since the last batch, applied before executing it."""
+    """Runner-side work accumulated since the last batch, applied before executing it.
+    Read-only by contract (``EMPTY_HOUSEKEEPING`` is shared); not frozen, as frozen
+    initialisers cost twice as much."""
 
     finalize: tuple[FinalizeOp, ...] = ()
     released_handles: tuple[PromptStateHandle, ...] = ()
     released_requests: tuple[tuple[str, int], ...] = ()
 
+    # Written out (init=False): built for every step that carries an exited token's copy
+    # (engine/_native.py, requirement 1).
+    def __init__(
+        self,
+        finalize: tuple[FinalizeOp, ...] = (),
+        released_handles: tuple[PromptStateHandle, ...] = (),
+        released_requests: tuple[tuple[str, int], ...] = (),
+    ) -> None:
+        self.finalize = finalize
+        self.released_handles = released_handles
+        self.released_requests = released_requests
+
     def __bool__(self) -> bool:
         return bool(self.finalize or self.released_handles or self.released_requests)
 
 
-EMPTY_HOUSEKEEPING = Housekeeping()  # shared: most steps carry none
+EMPTY_HOUSEKEEPING: Final = Housekeeping()  # shared: most steps carry none
 
 
 @dataclass(slots=True, eq=False, init=False)

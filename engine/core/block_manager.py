@@ -262,7 +262,11 @@ class BlockManager:
 
     def mark_written(self, key: Key, depth: int, start: int, end: int) -> None:
         """Record that positions [start, end) were written at ``depth``'s plane."""
-        alloc = self._allocs[key]
+        self.mark_range(self._allocs[key], depth, start, end)
+
+    def mark_range(self, alloc: Allocation, depth: int, start: int, end: int) -> None:
+        """``mark_written`` on a held allocation (``Request.kv``), without the key lookup."""
+        key = alloc.key
         plane = self.plane(depth)
         if start > alloc.written[plane]:
             raise KVIntegrityError(
@@ -286,7 +290,7 @@ class BlockManager:
             or position >= len(alloc.tables[0]) * self.block_size
             or position < alloc.shared_end
         ):
-            self.mark_written(alloc.key, depth, position, position + 1)  # raises the reason
+            self.mark_range(alloc, depth, position, position + 1)  # raises the reason
         elif position == written[plane]:
             written[plane] = position + 1
 

@@ -155,9 +155,13 @@ class EngineCore:
         released = self.prompt_states.take_released()
         if not (self._finalize or released or self._released_requests):
             return EMPTY_HOUSEKEEPING
-        gone = set(self._released_requests)
-        # A request that finished right after its exiting token needs no finalize copy.
-        finalize = tuple(op for op in self._finalize if (op.request_id, op.generation) not in gone)
+        if self._released_requests:
+            gone = set(self._released_requests)
+            # A request that finished right after its exiting token needs no finalize copy.
+            finalize = tuple(
+                op for op in self._finalize if (op.request_id, op.generation) not in gone)
+        else:
+            finalize = tuple(self._finalize)
         hk = Housekeeping(finalize, released, tuple(self._released_requests))
         self._finalize.clear()
         self._released_requests.clear()
@@ -284,11 +288,13 @@ class EngineCore:
             if advance_chunk(self.scheduler, req, item):
                 self._prompt_done(req)
             return
-        key = (req.request_id, req.generation)
-        end = item.position + item.num_tokens
+        alloc = req.kv
+        assert alloc is not None
+        start = item.position
+        end = start + item.num_tokens
         last_depth = item.depth + item.num_depths
         for d in range(item.depth, last_depth):
-            self.block_manager.mark_written(key, d, item.position, end)
+            self.block_manager.mark_range(alloc, d, start, end)
         p = req.prompt_item
         if p is not None:
             p.depth = last_depth
@@ -301,7 +307,7 @@ class EngineCore:
         req.prompt_item = None
         if req.block_hashes:
             # Every plane of [0, end) is written: its full prompt blocks can be shared.
-            self.block_manager.publish(key, req.block_hashes, end)
+            self.block_manager.publish(alloc.key, req.block_hashes, end)
         req.num_prefilled_tokens = end
         req.position = end
         if end < req.num_prompt_tokens:

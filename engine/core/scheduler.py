@@ -232,10 +232,13 @@ class Scheduler:
         queue = self.recurrent
         count = min(self.max_num_seqs, budget, len(queue))
         items: list[ScheduledItem] = []
+        taken = self.taken
         incremental = self.incremental_allocation
         read_always = self.read_always
         decode = ItemKind.DECODE
-        for req in queue[:count]:
+        for i in range(count):
+            req = queue[i]
+            taken.append(req)
             depth = req.num_depths_done
             if incremental and depth == 0:
                 self._grow(req, req.position + 1)
@@ -246,7 +249,6 @@ class Scheduler:
                 decider.needs_signal(depth) or (read_always and decider.computes_signal),
                 signal_head=decider.signal_head,
             ))
-        self.taken += queue[:count]
         del queue[:count]
         return items
 
