@@ -218,19 +218,23 @@ class Scheduler:
         queue = self.coda
         count = min(self.max_num_seqs, len(queue))
         decode = ItemKind.DECODE
-        items = [
-            ScheduledItem(req.request_id, req.generation, decode, req.position, 1, 0, 0,
-                          params=req.params, output_index=len(req.output_token_ids))
-            for req in queue[:count]
-        ]
-        self.taken += queue[:count]
+        taken = self.taken
+        items: list[ScheduledItem] = []
+        for i in range(count):
+            req = queue[i]
+            taken.append(req)
+            items.append(ScheduledItem(
+                req.request_id, req.generation, decode, req.position, 1, 0, 0,
+                params=req.params, output_index=len(req.output_token_ids),
+            ))
         del queue[:count]
         return items
 
     def take_decode(self, budget: int) -> list[ScheduledItem]:
         """Decode items from the RECURRENT queue head, up to max_num_seqs and ``budget`` rows."""
         queue = self.recurrent
-        count = min(self.max_num_seqs, budget, len(queue))
+        # Two-argument mins: compiled, min of three is a generic call on boxed ints.
+        count = min(min(self.max_num_seqs, budget), len(queue))
         items: list[ScheduledItem] = []
         taken = self.taken
         incremental = self.incremental_allocation
@@ -291,7 +295,7 @@ class Scheduler:
             if budget <= 0:
                 break
             start = req.num_prefilled_tokens
-            count = min(self.effective_chunk_size, req.num_prompt_tokens - start, budget)
+            count = min(min(self.effective_chunk_size, req.num_prompt_tokens - start), budget)
             budget -= count
             self._grow(req, start + count)
             items.append(
