@@ -7,6 +7,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Final
 
+from engine.core.prompt_state import PromptStateHandles
 from engine.core.request import PromptItem, PromptStateHandle, SamplingParams, Stage
 
 
@@ -138,6 +139,39 @@ class Housekeeping:
 
 
 EMPTY_HOUSEKEEPING: Final = Housekeeping()  # shared: most steps carry none
+
+
+class PendingHousekeeping:
+    """Accumulates housekeeping until the next batch takes it (``take``); a failed batch's
+    goes back in front (``redeliver``), since the executor may not have applied it."""
+
+    def __init__(self, prompt_states: PromptStateHandles) -> None:
+        self.prompt_states = prompt_states
+        self.finalize: list[FinalizeOp] = []
+        self.released_requests: list[tuple[str, int]] = []
+
+    def take(self) -> Housekeeping:
+        """Everything pending, emptied; the shared empty one when nothing is."""
+        released = self.prompt_states.take_released()
+        if not (self.finalize or released or self.released_requests):
+            return EMPTY_HOUSEKEEPING
+        if self.released_requests:
+            gone = set(self.released_requests)
+            # A request that finished right after its exiting token needs no finalize copy.
+            finalize = tuple(
+                op for op in self.finalize if (op.request_id, op.generation) not in gone)
+        else:
+            finalize = tuple(self.finalize)
+        hk = Housekeeping(finalize, released, tuple(self.released_requests))
+        self.finalize.clear()
+        self.released_requests.clear()
+        return hk
+
+    def redeliver(self, hk: Housekeeping) -> None:
+        """Hand ``hk`` over again with the next batch, before anything pending since."""
+        self.finalize[:0] = hk.finalize
+        self.released_requests[:0] = hk.released_requests
+        self.prompt_states.redeliver(hk.released_handles)
 
 
 @dataclass(slots=True, eq=False, init=False)

@@ -7,15 +7,15 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import cast
 
 from engine.core.batch import (
-    EMPTY_HOUSEKEEPING,
     Batch,
     FinalizeOp,
     Housekeeping,
     ItemKind,
+    PendingHousekeeping,
     ScheduledItem,
 )
 from engine.core.block_manager import BlockManager
@@ -34,7 +34,6 @@ from engine.core.request import (
 )
 from engine.core.results import CodaResult, RecurrentResult, StepResult, TokenEvent, result_matches
 from engine.core.scheduler import Scheduler
-from engine.core.wavefront import advance_chunk, release_chunks
 
 
 class EngineCore:
@@ -50,8 +49,7 @@ class EngineCore:
         )
         self.requests: dict[str, Request] = {}  # every unfinished request, waiting or running
         self._finished: list[Request] = []
-        self._finalize: list[FinalizeOp] = []
-        self._released_requests: list[tuple[str, int]] = []
+        self.pending = PendingHousekeeping(self.prompt_states)
         self._next_generation = 0
         self._next_arrival = 0
         self._next_step = 0
@@ -59,6 +57,15 @@ class EngineCore:
         # The latest scheduled batch until it is applied or failed: ``apply`` then reads its
         # items' requests from ``scheduler.taken`` instead of looking each one up by id.
         self._scheduled: Batch | None = None
+        # The wavefront arm's chunk hooks, loaded only by its runs (once: an import in a
+        # compiled function runs on every call).
+        self._advance_chunk: Callable[[Scheduler, Request, ScheduledItem], bool] | None = None
+        self._release_chunks: Callable[[Scheduler, Request], None] | None = None
+        if cfg.scheduler.arm == "wavefront":
+            from engine.core.wavefront import advance_chunk, release_chunks
+
+            self._advance_chunk = advance_chunk
+            self._release_chunks = release_chunks
 
     # ---- requests ------------------------------------------------------------------------
     def add_request(
@@ -144,7 +151,7 @@ class EngineCore:
             return None
         items = tuple(sel[1])
         assert len(self.scheduler.taken) == len(items)
-        batch = Batch(self._next_step, sel[0], items, self.take_housekeeping())
+        batch = Batch(self._next_step, sel[0], items, self.pending.take())
         self._next_step += 1
         self._scheduled = batch
         return batch
@@ -152,20 +159,7 @@ class EngineCore:
     def take_housekeeping(self) -> Housekeeping:
         """Finalize copies and releases pending since the last batch (drivers call this at
         drain so the runner frees everything)."""
-        released = self.prompt_states.take_released()
-        if not (self._finalize or released or self._released_requests):
-            return EMPTY_HOUSEKEEPING
-        if self._released_requests:
-            gone = set(self._released_requests)
-            # A request that finished right after its exiting token needs no finalize copy.
-            finalize = tuple(
-                op for op in self._finalize if (op.request_id, op.generation) not in gone)
-        else:
-            finalize = tuple(self._finalize)
-        hk = Housekeeping(finalize, released, tuple(self._released_requests))
-        self._finalize.clear()
-        self._released_requests.clear()
-        return hk
+        return self.pending.take()
 
     def apply(self, batch: Batch, result: StepResult, now: float) -> list[TokenEvent]:
         """Apply an executed batch's result; items of aborted or reused ids are ignored."""
@@ -242,9 +236,7 @@ class EngineCore:
         """The batch-failure path: its requests finish with reason ``error`` and release all;
         its housekeeping goes out again with the next batch (contracts.md: idempotent)."""
         hk = batch.housekeeping  # the executor may have raised before applying it
-        self._finalize[:0] = hk.finalize
-        self._released_requests[:0] = hk.released_requests
-        self.prompt_states.redeliver(hk.released_handles)
+        self.pending.redeliver(hk)
         failed = []
         if batch.step == self._next_step - 1:  # the latest batch: undo its turn
             self.scheduler.undo_fairness()
@@ -277,7 +269,7 @@ class EngineCore:
             return
         targets = self.block_manager.finalize(alloc, item.position, item.depth)
         if targets:
-            self._finalize.append(
+            self.pending.finalize.append(
                 FinalizeOp(req.request_id, req.generation, item.position, item.depth, targets)
             )
         req.stage = Stage.CODA
@@ -285,7 +277,8 @@ class EngineCore:
 
     def _apply_prompt(self, req: Request, item: ScheduledItem) -> None:
         if req.prompt_chunks:  # the wavefront arm
-            if advance_chunk(self.scheduler, req, item):
+            assert self._advance_chunk is not None
+            if self._advance_chunk(self.scheduler, req, item):
                 self._prompt_done(req)
             return
         alloc = req.kv
@@ -349,11 +342,12 @@ class EngineCore:
             self.prompt_states.release(req.prompt_item.state)
             req.prompt_item = None
         if req.prompt_chunks:
-            release_chunks(self.scheduler, req)
+            assert self._release_chunks is not None
+            self._release_chunks(self.scheduler, req)
         key = (req.request_id, req.generation)
         if self.block_manager.holds(key):
             self.block_manager.free(key)
-            self._released_requests.append(key)
+            self.pending.released_requests.append(key)
         req.kv = None
         req.status = RequestStatus.FINISHED
         req.finish_reason = reason

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from engine.core.request import Stage
 from engine.core.scheduler import Policy, Scheduler, Selection
-from engine.core.wavefront import take_chunks
 
 
 def _decode(s: Scheduler) -> Selection:
@@ -81,6 +80,11 @@ class WavefrontPolicy(Policy):
     different depths (``engine.core.wavefront``): decode items first, then ready (chunk,
     depth) items in admission order and chunk order, while they fit the token budget."""
 
+    def __init__(self) -> None:
+        from engine.core import wavefront  # loaded only by the wavefront arm's runs
+
+        self._take_chunks = wavefront.take_chunks
+
     def select(self, s: Scheduler) -> Selection | None:
         if s.prelude:
             return Stage.PRELUDE, s.take_prelude()
@@ -89,7 +93,7 @@ class WavefrontPolicy(Policy):
         s.admit()
         budget = s.max_num_batched_tokens
         items = s.take_decode(budget)
-        items += take_chunks(s, budget - len(items))
+        items += self._take_chunks(s, budget - len(items))
         return (Stage.RECURRENT, items) if items else None
 
 
