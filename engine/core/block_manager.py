@@ -285,13 +285,14 @@ class BlockManager:
         step, so it takes the allocation rather than looking up its key."""
         written = alloc.written
         plane = 0 if self.num_planes == 1 else depth
+        end = written[plane]
         if (
-            position > written[plane]
+            position > end
             or position >= len(alloc.tables[0]) * self.block_size
             or position < alloc.shared_end
         ):
             self.mark_range(alloc, depth, position, position + 1)  # raises the reason
-        elif position == written[plane]:
+        elif position == end:
             written[plane] = position + 1
 
     def finalize(self, alloc: Allocation, position: int, exit_depth: int) -> tuple[int, ...]:
