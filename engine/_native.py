@@ -15,9 +15,9 @@ What the build needs of the code (each place points back to this list):
 1. **Hot classes write out their ``__init__``.** A dataclass-generated ``__init__`` stays an
    interpreted function on a compiled class, so a class built per row or per step is
    ``@dataclass(init=False)`` with an ``__init__`` taking every field in order (with the
-   class's default where it declares one): ``ScheduledItem`` and ``FinalizeOp``
-   (``engine/core/batch.py``; ``Batch`` computes its counts in its own), ``StepResult``,
-   ``RecurrentResult``, ``CodaResult``, ``TokenEvent`` and ``StepRecord``
+   class's default where it declares one): ``ScheduledItem``, ``FinalizeOp`` and
+   ``Housekeeping`` (``engine/core/batch.py``; ``Batch`` computes its counts in its own),
+   ``StepResult``, ``RecurrentResult``, ``CodaResult``, ``TokenEvent`` and ``StepRecord``
    (``engine/core/results.py``).
    ``tests/core/test_written_out_inits.py`` holds each of them to its fields.
 2. **The finder is in place before any module of the build is imported.**

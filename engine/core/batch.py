@@ -5,7 +5,9 @@ from __future__ import annotations
 import enum
 from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import Final
 
+from engine.core.prompt_state import PromptStateHandles
 from engine.core.request import PromptItem, PromptStateHandle, SamplingParams, Stage
 
 
@@ -110,19 +112,66 @@ class FinalizeOp:
         self.to_depths = to_depths
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True, init=False)
 class Housekeeping:
-    """Runner-side work accumulated since the last batch, applied before executing it."""
+    """Runner-side work accumulated since the last batch, applied before executing it.
+    Read-only by contract (``EMPTY_HOUSEKEEPING`` is shared); not frozen, as frozen
+    initialisers cost twice as much."""
 
     finalize: tuple[FinalizeOp, ...] = ()
     released_handles: tuple[PromptStateHandle, ...] = ()
     released_requests: tuple[tuple[str, int], ...] = ()
 
+    # Written out (init=False): built for every step that carries an exited token's copy
+    # (engine/_native.py, requirement 1).
+    def __init__(
+        self,
+        finalize: tuple[FinalizeOp, ...] = (),
+        released_handles: tuple[PromptStateHandle, ...] = (),
+        released_requests: tuple[tuple[str, int], ...] = (),
+    ) -> None:
+        self.finalize = finalize
+        self.released_handles = released_handles
+        self.released_requests = released_requests
+
     def __bool__(self) -> bool:
         return bool(self.finalize or self.released_handles or self.released_requests)
 
 
-EMPTY_HOUSEKEEPING = Housekeeping()  # shared: most steps carry none
+EMPTY_HOUSEKEEPING: Final = Housekeeping()  # shared: most steps carry none
+
+
+class PendingHousekeeping:
+    """Accumulates housekeeping until the next batch takes it (``take``); a failed batch's
+    goes back in front (``redeliver``), since the executor may not have applied it."""
+
+    def __init__(self, prompt_states: PromptStateHandles) -> None:
+        self.prompt_states = prompt_states
+        self.finalize: list[FinalizeOp] = []
+        self.released_requests: list[tuple[str, int]] = []
+
+    def take(self) -> Housekeeping:
+        """Everything pending, emptied; the shared empty one when nothing is."""
+        released = self.prompt_states.take_released()
+        if not (self.finalize or released or self.released_requests):
+            return EMPTY_HOUSEKEEPING
+        if self.released_requests:
+            gone = set(self.released_requests)
+            # A request that finished right after its exiting token needs no finalize copy.
+            finalize = tuple(
+                op for op in self.finalize if (op.request_id, op.generation) not in gone)
+        else:
+            finalize = tuple(self.finalize)
+        hk = Housekeeping(finalize, released, tuple(self.released_requests))
+        self.finalize.clear()
+        self.released_requests.clear()
+        return hk
+
+    def redeliver(self, hk: Housekeeping) -> None:
+        """Hand ``hk`` over again with the next batch, before anything pending since."""
+        self.finalize[:0] = hk.finalize
+        self.released_requests[:0] = hk.released_requests
+        self.prompt_states.redeliver(hk.released_handles)
 
 
 @dataclass(slots=True, eq=False, init=False)

@@ -58,6 +58,8 @@ class BlockManager:
         # Everything per engine that changes a prompt position's K/V besides its tokens.
         self._prefix_key = f"{cache.layout}/{num_depths}"
         self._prefix_root = root_hash(self._prefix_key)
+        # finalize's copy targets by exit depth, built once: one tuple per exited token otherwise.
+        self._finalize_targets = [tuple(range(d + 1, num_depths)) for d in range(num_depths + 1)]
 
     # ---- capacity -------------------------------------------------------------------------
     def blocks_for(self, num_tokens: int) -> int:
@@ -260,7 +262,11 @@ class BlockManager:
 
     def mark_written(self, key: Key, depth: int, start: int, end: int) -> None:
         """Record that positions [start, end) were written at ``depth``'s plane."""
-        alloc = self._allocs[key]
+        self.mark_range(self._allocs[key], depth, start, end)
+
+    def mark_range(self, alloc: Allocation, depth: int, start: int, end: int) -> None:
+        """``mark_written`` on a held allocation (``Request.kv``), without the key lookup."""
+        key = alloc.key
         plane = self.plane(depth)
         if start > alloc.written[plane]:
             raise KVIntegrityError(
@@ -279,13 +285,14 @@ class BlockManager:
         step, so it takes the allocation rather than looking up its key."""
         written = alloc.written
         plane = 0 if self.num_planes == 1 else depth
+        end = written[plane]
         if (
-            position > written[plane]
+            position > end
             or position >= len(alloc.tables[0]) * self.block_size
             or position < alloc.shared_end
         ):
-            self.mark_written(alloc.key, depth, position, position + 1)  # raises the reason
-        elif position == written[plane]:
+            self.mark_range(alloc, depth, position, position + 1)  # raises the reason
+        elif position == end:
             written[plane] = position + 1
 
     def finalize(self, alloc: Allocation, position: int, exit_depth: int) -> tuple[int, ...]:
@@ -297,7 +304,7 @@ class BlockManager:
         key = alloc.key
         if position < alloc.shared_end:
             self._check_unshared(alloc, key, position, position + 1)
-        targets = tuple(range(exit_depth + 1, self.num_depths))
+        targets = self._finalize_targets[exit_depth]
         for d in targets:
             if alloc.written[d] != position:
                 raise KVIntegrityError(

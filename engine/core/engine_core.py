@@ -7,14 +7,15 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from typing import cast
 
 from engine.core.batch import (
-    EMPTY_HOUSEKEEPING,
     Batch,
     FinalizeOp,
     Housekeeping,
     ItemKind,
+    PendingHousekeeping,
     ScheduledItem,
 )
 from engine.core.block_manager import BlockManager
@@ -48,12 +49,23 @@ class EngineCore:
         )
         self.requests: dict[str, Request] = {}  # every unfinished request, waiting or running
         self._finished: list[Request] = []
-        self._finalize: list[FinalizeOp] = []
-        self._released_requests: list[tuple[str, int]] = []
+        self.pending = PendingHousekeeping(self.prompt_states)
         self._next_generation = 0
         self._next_arrival = 0
         self._next_step = 0
         self._now = 0.0
+        # The latest scheduled batch until it is applied or failed: ``apply`` then reads its
+        # items' requests from ``scheduler.taken`` instead of looking each one up by id.
+        self._scheduled: Batch | None = None
+        # The wavefront arm's chunk hooks, loaded only by its runs (once: an import in a
+        # compiled function runs on every call).
+        self._advance_chunk: Callable[[Scheduler, Request, ScheduledItem], bool] | None = None
+        self._release_chunks: Callable[[Scheduler, Request], None] | None = None
+        if cfg.scheduler.arm == "wavefront":
+            from engine.core.wavefront import advance_chunk, release_chunks
+
+            self._advance_chunk = advance_chunk
+            self._release_chunks = release_chunks
 
     # ---- requests ------------------------------------------------------------------------
     def add_request(
@@ -120,6 +132,10 @@ class EngineCore:
     def num_running(self) -> int:
         return len(self.scheduler.running)
 
+    def has_finished(self) -> bool:
+        """Whether a request finished since the last ``pop_finished``."""
+        return bool(self._finished)
+
     def pop_finished(self) -> list[Request]:
         """Requests finished since the last call (any reason), in finish order."""
         out, self._finished = self._finished, []
@@ -129,26 +145,21 @@ class EngineCore:
     def schedule(self, now: float) -> Batch | None:
         """Pick the next batch, or None when nothing can run now."""
         self._now = now
+        self._scheduled = None
         sel = self.scheduler.schedule(now)
         if sel is None:
             return None
-        batch = Batch(self._next_step, sel[0], tuple(sel[1]), self.take_housekeeping())
+        items = tuple(sel[1])
+        assert len(self.scheduler.taken) == len(items)
+        batch = Batch(self._next_step, sel[0], items, self.pending.take())
         self._next_step += 1
+        self._scheduled = batch
         return batch
 
     def take_housekeeping(self) -> Housekeeping:
         """Finalize copies and releases pending since the last batch (drivers call this at
         drain so the runner frees everything)."""
-        released = self.prompt_states.take_released()
-        if not (self._finalize or released or self._released_requests):
-            return EMPTY_HOUSEKEEPING
-        gone = set(self._released_requests)
-        # A request that finished right after its exiting token needs no finalize copy.
-        finalize = tuple(op for op in self._finalize if (op.request_id, op.generation) not in gone)
-        hk = Housekeeping(finalize, released, tuple(self._released_requests))
-        self._finalize.clear()
-        self._released_requests.clear()
-        return hk
+        return self.pending.take()
 
     def apply(self, batch: Batch, result: StepResult, now: float) -> list[TokenEvent]:
         """Apply an executed batch's result; items of aborted or reused ids are ignored."""
@@ -159,16 +170,17 @@ class EngineCore:
             )
         self._now = now
         stage = batch.stage
-        requests = self.requests
+        reqs = self._requests_of(batch)
         if stage is Stage.RECURRENT:
             assert isinstance(result, RecurrentResult)
-            self._apply_recurrent(batch, result.decode_signals)
+            self._apply_recurrent(batch, reqs, result.decode_signals)
             return []
         events: list[TokenEvent] = []
-        for i, item in enumerate(batch.items):
-            req = requests.get(item.request_id)
-            if req is None or req.generation != item.generation:
+        items = batch.items
+        for i, req in enumerate(reqs):
+            if req is None or req.status is RequestStatus.FINISHED:
                 continue  # aborted, failed or reused id: a late result never touches it
+            item = items[i]
             if stage is Stage.PRELUDE:
                 self._apply_prelude(req)
             elif stage is Stage.CODA:
@@ -179,12 +191,32 @@ class EngineCore:
                 self._apply_prompt(req, item)
         return events
 
-    def _apply_recurrent(self, batch: Batch, signals: tuple[float, ...] | None) -> None:
-        requests = self.requests
-        decode_index = 0
+    def _requests_of(self, batch: Batch) -> list[Request | None]:
+        """Each item's request as scheduled, or None where its id no longer names it; the
+        caller skips finished ones too. A finished request never runs again, so the latest
+        batch's own requests (``scheduler.taken``) stand in for the lookup by id
+        (``_lookup_requests``), which any other batch gets."""
+        if batch is self._scheduled:
+            self._scheduled = None
+            return cast(list[Request | None], self.scheduler.taken)  # read, never written
+        return self._lookup_requests(batch)
+
+    def _lookup_requests(self, batch: Batch) -> list[Request | None]:
+        out: list[Request | None] = []
         for item in batch.items:
-            req = requests.get(item.request_id)
-            stale = req is None or req.generation != item.generation
+            req = self.requests.get(item.request_id)
+            out.append(req if req is not None and req.generation == item.generation else None)
+        return out
+
+    def _apply_recurrent(
+        self, batch: Batch, reqs: list[Request | None], signals: tuple[float, ...] | None,
+    ) -> None:
+        decode_index = 0
+        finished = RequestStatus.FINISHED
+        items = batch.items
+        for i, req in enumerate(reqs):
+            item = items[i]
+            stale = req is None or req.status is finished
             if item.kind is ItemKind.PROMPT:
                 if not stale:
                     assert req is not None
@@ -204,12 +236,12 @@ class EngineCore:
         """The batch-failure path: its requests finish with reason ``error`` and release all;
         its housekeeping goes out again with the next batch (contracts.md: idempotent)."""
         hk = batch.housekeeping  # the executor may have raised before applying it
-        self._finalize[:0] = hk.finalize
-        self._released_requests[:0] = hk.released_requests
-        self.prompt_states.redeliver(hk.released_handles)
+        self.pending.redeliver(hk)
         failed = []
         if batch.step == self._next_step - 1:  # the latest batch: undo its turn
             self.scheduler.undo_fairness()
+        if batch is self._scheduled:
+            self._scheduled = None
         for item in batch.items:
             req = self.requests.get(item.request_id)
             if req is not None and req.generation == item.generation:
@@ -233,28 +265,29 @@ class EngineCore:
         req.num_depths_done = num_done = item.depth + 1
         assert req.decider is not None
         if not req.decider.after_depth(num_done, signal):
-            self.scheduler.requeue(req)
+            self.scheduler.recurrent.append(req)  # its next depth
             return
         targets = self.block_manager.finalize(alloc, item.position, item.depth)
         if targets:
-            self._finalize.append(
+            self.pending.finalize.append(
                 FinalizeOp(req.request_id, req.generation, item.position, item.depth, targets)
             )
         req.stage = Stage.CODA
         self.scheduler.requeue(req)
 
     def _apply_prompt(self, req: Request, item: ScheduledItem) -> None:
-        if req.prompt_chunks:  # the wavefront arm (loaded only by its runs)
-            from engine.core.wavefront import advance_chunk
-
-            if advance_chunk(self.scheduler, req, item):
+        if req.prompt_chunks:  # the wavefront arm
+            assert self._advance_chunk is not None
+            if self._advance_chunk(self.scheduler, req, item):
                 self._prompt_done(req)
             return
-        key = (req.request_id, req.generation)
-        end = item.position + item.num_tokens
+        alloc = req.kv
+        assert alloc is not None
+        start = item.position
+        end = start + item.num_tokens
         last_depth = item.depth + item.num_depths
         for d in range(item.depth, last_depth):
-            self.block_manager.mark_written(key, d, item.position, end)
+            self.block_manager.mark_range(alloc, d, start, end)
         p = req.prompt_item
         if p is not None:
             p.depth = last_depth
@@ -267,7 +300,7 @@ class EngineCore:
         req.prompt_item = None
         if req.block_hashes:
             # Every plane of [0, end) is written: its full prompt blocks can be shared.
-            self.block_manager.publish(key, req.block_hashes, end)
+            self.block_manager.publish(alloc.key, req.block_hashes, end)
         req.num_prefilled_tokens = end
         req.position = end
         if end < req.num_prompt_tokens:
@@ -309,13 +342,12 @@ class EngineCore:
             self.prompt_states.release(req.prompt_item.state)
             req.prompt_item = None
         if req.prompt_chunks:
-            from engine.core.wavefront import release_chunks
-
-            release_chunks(self.scheduler, req)
+            assert self._release_chunks is not None
+            self._release_chunks(self.scheduler, req)
         key = (req.request_id, req.generation)
         if self.block_manager.holds(key):
             self.block_manager.free(key)
-            self._released_requests.append(key)
+            self.pending.released_requests.append(key)
         req.kv = None
         req.status = RequestStatus.FINISHED
         req.finish_reason = reason

@@ -12,7 +12,7 @@ def _decode(s: Scheduler) -> Selection:
     return Stage.RECURRENT, s.take_decode(s.max_num_batched_tokens)
 
 
-class _AlternatingPolicy:
+class _AlternatingPolicy(Policy):
     """PRELUDE, ready CODA, decode-due RECURRENT, admit, prompt work, RECURRENT: prompt batches
     alternate with decode batches (``max_prefill_batches_before_decode``)."""
 
@@ -51,7 +51,7 @@ class PerDepthPolicy(_AlternatingPolicy):
         return Stage.RECURRENT, s.take_prompts(s.max_num_batched_tokens)
 
 
-class MixedPolicy:
+class MixedPolicy(Policy):
     """A2: one RECURRENT core call takes decode items first, then whole prompt items in
     admission order up to the token budget (RFC §2). No ``decode_due``: prompt items never
     displace a ready decode item.
@@ -75,7 +75,7 @@ class MixedPolicy:
         return (Stage.RECURRENT, items) if items else None
 
 
-class WavefrontPolicy:
+class WavefrontPolicy(Policy):
     """A3: mixed batching where a request may hold several prompt items at once, at
     different depths (``engine.core.wavefront``): decode items first, then ready (chunk,
     depth) items in admission order and chunk order, while they fit the token budget."""

@@ -210,9 +210,11 @@ class Request:
     def finish_reason_after(self, token_id: int) -> str | None:
         """Why the request ends with its newest output token ``token_id``, or None."""
         p = self.params
+        eos = p.eos_token_id
         # Before min_tokens the sampler never picks these; a forced token does not stop.
         if (not p.ignore_eos and self.num_output_tokens > p.min_tokens
-                and (token_id == p.eos_token_id or token_id in p.stop_token_ids)):
+                and ((eos is not None and token_id == eos)
+                     or (p.stop_token_ids and token_id in p.stop_token_ids))):
             return "stop"
         if self.num_output_tokens >= p.max_tokens:
             return "length"

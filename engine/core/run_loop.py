@@ -64,7 +64,7 @@ class StepLoop:
         feeder, recorder = self.feeder, self.recorder
         if events and feeder is not None:
             feeder.on_events(events)
-        finished = core.pop_finished()
+        finished = core.pop_finished() if core.has_finished() else None
         if recorder is not None:
             recorder.step(batch, start_s, end_s, events, num_readbacks)
             if finished:

@@ -8,9 +8,6 @@ just ran a depth never loses its place to younger prompts (RFC §2).
 
 from __future__ import annotations
 
-import bisect
-from typing import Protocol
-
 from engine.core.admission import WaitingQueue
 from engine.core.batch import ItemKind, ScheduledItem
 from engine.core.block_manager import BlockManager
@@ -22,15 +19,17 @@ Selection = tuple[Stage, list[ScheduledItem]]
 _ONE_ITEM_ARMS = frozenset({"per_depth", "mixed"})  # one PromptItem per request
 
 
-class Policy(Protocol):
+class Policy:
     """Chooses the next batch from the scheduler's queues, or None when nothing is ready.
 
     Policies never read a clock; admission happens inside ``select`` at the point each arm's
-    order prescribes (``engine.core.policies``).
+    order prescribes (``engine.core.policies``). A base class rather than a Protocol so
+    compiled callers dispatch through a vtable.
     """
 
     def select(self, s: Scheduler) -> Selection | None:
         """Pop the next batch's work from the queues."""
+        raise NotImplementedError
 
 
 class Scheduler:
@@ -70,6 +69,9 @@ class Scheduler:
         self.prelude: list[Request] = []
         self.recurrent: list[Request] = []
         self.coda: list[Request] = []
+        # The request of each item of the latest selection, in item order (what ``apply``
+        # reads instead of looking each item's request up by id).
+        self.taken: list[Request] = []
         self.prefill_batches_since_decode = 0
         self._fairness_before = 0  # the counter before the latest selection
         self._next_admission = 0
@@ -79,6 +81,7 @@ class Scheduler:
     def schedule(self, now: float) -> Selection | None:
         """The next batch's stage and items, taken from the queues; None when nothing runs."""
         self._now = now
+        self.taken.clear()
         before = self.prefill_batches_since_decode
         sel = self.policy.select(self)
         if sel is None or not sel[1]:
@@ -116,7 +119,13 @@ class Scheduler:
         self.enqueue_prefill(req)
 
     def enqueue_prefill(self, req: Request) -> None:
-        bisect.insort(self.prefill, req, key=lambda r: r.admitted_seq)
+        """Insert ``req`` in admission order (after any equal ``admitted_seq``)."""
+        queue = self.prefill
+        seq = req.admitted_seq
+        i = len(queue)
+        while i > 0 and queue[i - 1].admitted_seq > seq:  # mostly at or near the tail
+            i -= 1
+        queue.insert(i, req)
 
     def remove(self, req: Request) -> None:
         """Forget a finishing request, waiting or running."""
@@ -201,6 +210,7 @@ class Scheduler:
                           token_ids=(req.output_token_ids[-1],))
             for req in queue
         ]
+        self.taken += queue
         queue.clear()
         return items
 
@@ -208,23 +218,31 @@ class Scheduler:
         queue = self.coda
         count = min(self.max_num_seqs, len(queue))
         decode = ItemKind.DECODE
-        items = [
-            ScheduledItem(req.request_id, req.generation, decode, req.position, 1, 0, 0,
-                          params=req.params, output_index=len(req.output_token_ids))
-            for req in queue[:count]
-        ]
+        taken = self.taken
+        items: list[ScheduledItem] = []
+        for i in range(count):
+            req = queue[i]
+            taken.append(req)
+            items.append(ScheduledItem(
+                req.request_id, req.generation, decode, req.position, 1, 0, 0,
+                params=req.params, output_index=len(req.output_token_ids),
+            ))
         del queue[:count]
         return items
 
     def take_decode(self, budget: int) -> list[ScheduledItem]:
         """Decode items from the RECURRENT queue head, up to max_num_seqs and ``budget`` rows."""
         queue = self.recurrent
-        count = min(self.max_num_seqs, budget, len(queue))
+        # Two-argument mins: compiled, min of three is a generic call on boxed ints.
+        count = min(min(self.max_num_seqs, budget), len(queue))
         items: list[ScheduledItem] = []
+        taken = self.taken
         incremental = self.incremental_allocation
         read_always = self.read_always
         decode = ItemKind.DECODE
-        for req in queue[:count]:
+        for i in range(count):
+            req = queue[i]
+            taken.append(req)
             depth = req.num_depths_done
             if incremental and depth == 0:
                 self._grow(req, req.position + 1)
@@ -241,52 +259,55 @@ class Scheduler:
     def take_prompts(self, budget: int, *, to_last_depth: bool = False) -> list[ScheduledItem]:
         """Whole prompt items in admission order; stop at the first that does not fit."""
         items: list[ScheduledItem] = []
-        taken: list[Request] = []
-        for req in self.prefill:
+        queue = self.prefill
+        prompt = ItemKind.PROMPT
+        num_depths = self.num_depths
+        for req in queue:
             p = req.prompt_item
             assert p is not None
-            if p.token_count > budget:
+            count = p.token_count
+            if count > budget:
                 break
-            budget -= p.token_count
-            if p.depth == 0:
-                self._grow(req, p.token_end)
-            items.append(
-                ScheduledItem(
-                    req.request_id, req.generation, ItemKind.PROMPT, p.token_start,
-                    p.token_count, depth=p.depth,
-                    num_depths=self.num_depths - p.depth if to_last_depth else 1,
-                    fused_prelude=not p.embedded,
-                    token_ids=() if p.embedded else
-                    tuple(req.prompt_token_ids[p.token_start:p.token_end]),
-                    prompt_state=p.state, prompt_item=p,
-                    is_last_chunk=p.token_end == req.num_prompt_tokens,
-                )
-            )
-            taken.append(req)
-        for req in taken:
-            self.prefill.remove(req)
+            budget -= count
+            start = p.token_start
+            end = start + count
+            depth = p.depth
+            if depth == 0:
+                self._grow(req, end)
+            embedded = p.embedded
+            items.append(ScheduledItem(
+                req.request_id, req.generation, prompt, start, count, depth,
+                num_depths - depth if to_last_depth else 1, False, not embedded,
+                () if embedded else req.prompt_token_ids[start:end], p.state, p,
+                end == len(req.prompt_token_ids),
+            ))
+        # The taken requests are the queue's head: it stops at the first that does not fit.
+        num_taken = len(items)
+        self.taken += queue[:num_taken]
+        del queue[:num_taken]
         return items
 
     def take_atomic_prefill(self, budget: int) -> list[ScheduledItem]:
         """A0: chunks (clamped to the remaining budget) that run all D depths in this step."""
         items: list[ScheduledItem] = []
-        taken: list[Request] = []
-        for req in self.prefill:
+        queue = self.prefill
+        for req in queue:
             if budget <= 0:
                 break
             start = req.num_prefilled_tokens
-            count = min(self.effective_chunk_size, req.num_prompt_tokens - start, budget)
+            count = min(min(self.effective_chunk_size, req.num_prompt_tokens - start), budget)
             budget -= count
             self._grow(req, start + count)
             items.append(
                 ScheduledItem(
                     req.request_id, req.generation, ItemKind.PROMPT, start, count,
                     depth=0, num_depths=self.num_depths, fused_prelude=True,
-                    token_ids=tuple(req.prompt_token_ids[start:start + count]),
+                    token_ids=req.prompt_token_ids[start:start + count],
                     is_last_chunk=start + count == req.num_prompt_tokens,
                 )
             )
-            taken.append(req)
-        for req in taken:
-            self.prefill.remove(req)
+        # The taken requests are the queue's head: it stops when the budget runs out.
+        num_taken = len(items)
+        self.taken += queue[:num_taken]
+        del queue[:num_taken]
         return items

@@ -68,6 +68,7 @@ def take_chunks(s: Scheduler, budget: int) -> list[ScheduledItem]:
                 items.append(_item(req, p))
         if len(items) > num_before:
             taken.append(req)
+            s.taken += [req] * (len(items) - num_before)  # one per item, for ``apply``
         if blocked:
             break
     for req in taken:
@@ -91,9 +92,10 @@ def advance_chunk(s: Scheduler, req: Request, item: ScheduledItem) -> bool:
     to CODA); otherwise the request is back in the prefill queue."""
     p = item.prompt_item
     assert p is not None
-    key = (req.request_id, req.generation)
+    alloc = req.kv
+    assert alloc is not None
     end = item.position + item.num_tokens
-    s.block_manager.mark_written(key, item.depth, item.position, end)
+    s.block_manager.mark_range(alloc, item.depth, item.position, end)
     p.depth = item.depth + 1
     p.embedded = True
     chunks = req.prompt_chunks
@@ -103,7 +105,7 @@ def advance_chunk(s: Scheduler, req: Request, item: ScheduledItem) -> bool:
             s.prompt_states.release(done.state)
         if req.block_hashes:
             # Every plane of [0, end) is written: its full prompt blocks can be shared.
-            s.block_manager.publish(key, req.block_hashes, done.token_end)
+            s.block_manager.publish(alloc.key, req.block_hashes, done.token_end)
         req.num_prefilled_tokens = req.position = done.token_end
     if req.num_prefilled_tokens >= req.num_prompt_tokens:
         if req in s.prefill:

@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import bisect
+
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from engine.core import Batch, EngineCore, ItemKind, RequestStatus, SamplingParams, Stage
 from engine.core.block_manager import BlockManager
@@ -291,3 +295,17 @@ def test_a_wrong_length_signal_tuple_is_an_interface_error(delta: int) -> None:
     assert {r: core.requests[r].num_depths_done for r in ("d0", "d1")} == done  # nothing applied
     core.apply(batch, good, now + 1)
     assert all(core.requests[r].num_depths_done == done[r] + 1 for r in ("d0", "d1"))
+
+
+@given(st.lists(st.integers(0, 12), max_size=30))
+def test_enqueue_prefill_orders_as_bisect_insort(seqs: list[int]) -> None:
+    """The prefill queue's tail-first insertion equals ``bisect.insort`` by admission order
+    (after equal keys), whatever order requests come back in."""
+    cfg = make_config("mixed")
+    s = Scheduler(cfg, BlockManager(cfg.cache, 4), PromptStateHandles(4), make_policy("mixed"))
+    reference: list[Request] = []
+    for i, seq in enumerate(seqs):
+        req = Request(f"r{i}", (1,), SamplingParams(max_tokens=1), 0.0, admitted_seq=seq)
+        s.enqueue_prefill(req)
+        bisect.insort(reference, req, key=lambda r: r.admitted_seq)
+        assert s.prefill == reference
