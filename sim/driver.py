@@ -4,7 +4,7 @@ Each engine turn::
 
     batch  = core.schedule(env.now)
     result = executor.execute(batch)
-    yield env.timeout(cost.step_time(StepContext(batch, prev, idle_s, since_idle)))
+    yield env.timeout(clock.end_of(batch, env.now) - env.now)  # sim.step_clock prices it
     events = core.apply(batch, result, env.now)
 
 Arrivals whose time has come are submitted before every ``schedule``, so an arrival at the
