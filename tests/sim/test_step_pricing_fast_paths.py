@@ -44,11 +44,13 @@ def _items(draw: st.DrawFn, stage: Stage) -> tuple[ScheduledItem, ...]:
     out = []
     for i in range(draw(st.integers(0 if stage is Stage.RECURRENT else 1, 12))):
         depth = draw(st.integers(0, 3))
-        if stage is not Stage.PREFILL and draw(st.booleans()):
-            out.append(ScheduledItem(f"d{i}", 0, ItemKind.DECODE, draw(st.integers(0, 5000)),
-                                     1, depth=depth, needs_signal=draw(st.booleans())))
-            continue
+        # several calls: an atomic PREFILL step (any item kind, to cover every branch)
         num_depths = draw(st.integers(1, 4)) if stage is Stage.PREFILL else 1
+        if draw(st.booleans()):
+            out.append(ScheduledItem(f"d{i}", 0, ItemKind.DECODE, draw(st.integers(0, 5000)),
+                                     1, depth=depth, num_depths=num_depths,
+                                     needs_signal=draw(st.booleans())))
+            continue
         fused = depth == 0 and draw(st.booleans())
         out.append(ScheduledItem(f"p{i}", 0, ItemKind.PROMPT, draw(st.integers(0, 4000)),
                                  draw(st.integers(1, 300)), depth=depth,
