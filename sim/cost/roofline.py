@@ -55,15 +55,22 @@ class RooflineCost:
     def batch_time(self, batch: Batch) -> float:
         """``step_time`` of ``batch`` (the roofline reads nothing else of a context): the
         same doubles as ``breakdown(batch)["total_s"]``, from the same operations in the same
-        order, with each item's context summed in one pass over the items."""
-        stage = batch.stage
-        if stage is Stage.PRELUDE or stage is Stage.CODA:
-            return self._cost(batch, None)
+        order, with each item's context (``item_context``, written out: no tuple) summed in
+        one pass over the items."""
         hw = self.hardware
         total = hw.step_overhead_s
         ops = batch.housekeeping.finalize
         if ops:  # adding no copies' 0.0 leaves the (positive) total as it is
             total += self._finalize_s(ops)
+        stage = batch.stage
+        if stage is Stage.PRELUDE:
+            embed = 2 * len(batch.items) * self.embed_row_bytes / self._bw
+            return total + (embed + self.host_call_s)
+        if stage is Stage.CODA:
+            rows = len(batch.items)
+            mem = (self.lm_head_bytes + rows * self.embed_row_bytes) / self._bw
+            comp = rows * self.lm_head_flops_per_row / self._flops
+            return total + ((comp if comp > mem else mem) + self.host_call_s + hw.sampling_s)
         if batch.needs_signals:
             total += hw.readback_s
         num_calls = batch.num_core_calls
@@ -73,7 +80,7 @@ class RooflineCost:
                 if item.num_depths < 1:
                     continue
                 n = item.num_tokens
-                if item.kind is ItemKind.DECODE:  # item_context, written out: no tuple
+                if item.kind is ItemKind.DECODE:
                     c = item.position + 1
                     kv_tokens += c
                     ctx_sum += c
@@ -102,10 +109,14 @@ class RooflineCost:
             if d < 1:
                 continue
             n = item.num_tokens
-            kv, ctx, _ = item_context(item)
+            s = item.position
             rows_at[d] += n
-            kv_at[d] += kv
-            ctx_at[d] += ctx
+            if item.kind is ItemKind.DECODE:
+                kv_at[d] += s + 1
+                ctx_at[d] += s + 1
+            else:
+                kv_at[d] += s + n
+                ctx_at[d] += n * s + n * (n + 1) // 2
             if item.fused_prelude:  # its prelude runs in its first call
                 fused_rows += n
         for d in range(num_calls - 1, 0, -1):
@@ -128,7 +139,9 @@ class RooflineCost:
         return (mem if mem > comp else comp) + self.host_call_s
 
     def _finalize_s(self, ops: tuple[FinalizeOp, ...]) -> float:
-        copies = sum(len(op.to_depths) for op in ops)
+        copies = 0
+        for op in ops:
+            copies += len(op.to_depths)
         return 2 * copies * self.kv_position_bytes / self._bw
 
     def breakdown(self, batch: Batch) -> dict[str, float]:
