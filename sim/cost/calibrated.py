@@ -11,7 +11,8 @@ from engine.core.request import Stage
 from engine.core.results import rfc_readbacks, step_kind
 from sim.cost.base import StepContext
 from sim.cost.features import FEATURE_INDEX, batch_features, feature_values
-from sim.cost.profile import Profile, StageFit, load_profile, pwl_value
+from sim.cost.linear_fit import LinearFit
+from sim.cost.profile import Profile, StageFit, load_profile
 
 # A decode-only core call right after one of these runs with caches the prompt work evicted.
 COLD_AFTER = ("prompt", "prefill", "mixed")
@@ -30,24 +31,6 @@ def _recurrent_readbacks(batch: Batch) -> int:
     """Exit-signal readbacks of a recurrent step (a CODA step's own readback is part of the
     coda stage's measured time)."""
     return 0 if batch.stage is Stage.CODA else rfc_readbacks(batch)
-
-
-class LinearFit:
-    """``StageFit.predict`` over ``feature_values``' list: the same operations in the same
-    order (``sum`` of the terms, then of the grid terms), with the features found by index."""
-
-    __slots__ = ("intercept_s", "terms", "grids")
-
-    def __init__(self, fit: StageFit) -> None:
-        self.intercept_s = fit.intercept_s
-        self.terms = [(FEATURE_INDEX[n], c) for n, c in zip(fit.features, fit.coef, strict=True)]
-        self.grids = [(FEATURE_INDEX[g.feature], g.points, g.values_s) for g in fit.grids]
-
-    def predict(self, v: list[float]) -> float:
-        """Seconds for feature values ``v`` (clamped at 0)."""
-        t = self.intercept_s + sum([c * v[i] for i, c in self.terms])
-        t += sum([pwl_value(points, values, v[i]) for i, points, values in self.grids])
-        return max(0.0, t)
 
 
 class CalibratedCost:
