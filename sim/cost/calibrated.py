@@ -33,6 +33,11 @@ def _recurrent_readbacks(batch: Batch) -> int:
     return 0 if batch.stage is Stage.CODA else rfc_readbacks(batch)
 
 
+def _linear(fit: StageFit) -> LinearFit:
+    return LinearFit(fit.features, fit.coef, fit.intercept_s,
+                     [(g.feature, g.points, g.values_s) for g in fit.grids])
+
+
 class CalibratedCost:
     """Predicts step times from a profile's per-stage linear models.
 
@@ -81,10 +86,10 @@ class CalibratedCost:
             ("signals", "signal_rows", signals), ("finalize", "finalize_copies", p.finalize))
             if fit is not None]
         # The per-step path (split, step_time) predicts from the features' list.
-        self._linear = {kind: LinearFit(fit) for kind, fit in self._fits.items()}
-        self._linear_extras = [(FEATURE_INDEX[feature], LinearFit(fit))
+        self._linear = {kind: _linear(fit) for kind, fit in self._fits.items()}
+        self._linear_extras = [(FEATURE_INDEX[feature], _linear(fit))
                                for _, feature, fit in self._extras]
-        self._linear_gap = None if self._gap is None else LinearFit(self._gap)
+        self._linear_gap = None if self._gap is None else _linear(self._gap)
 
     def _fit(self, batch: Batch, prev: Batch | None = None) -> tuple[str, StageFit]:
         kind = stage_kind(batch, prev)

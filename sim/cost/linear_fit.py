@@ -4,12 +4,7 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from sim.cost.features import FEATURE_INDEX
-
-if TYPE_CHECKING:
-    from sim.cost.profile import StageFit
 
 
 def pwl_value(points: list[float], values: list[float], x: float) -> float:
@@ -26,14 +21,16 @@ def pwl_value(points: list[float], values: list[float], x: float) -> float:
 
 class LinearFit:
     """``StageFit.predict`` over ``feature_values``' list: the same operations in the same
-    order (``sum`` of the terms, then of the grid terms), with the features found by index."""
+    order (``sum`` of the terms, then of the grid terms), with the features found by index.
+    Built from a ``StageFit``'s fields: its ``features`` and ``coef``, ``intercept_s``, and
+    per grid term ``(feature, points, values_s)``."""
 
-    def __init__(self, fit: StageFit) -> None:
-        self.intercept_s: float = fit.intercept_s
-        self.terms: list[tuple[int, float]] = [
-            (FEATURE_INDEX[n], c) for n, c in zip(fit.features, fit.coef, strict=True)]
-        self.grids: list[tuple[int, list[float], list[float]]] = [
-            (FEATURE_INDEX[g.feature], g.points, g.values_s) for g in fit.grids]
+    def __init__(self, features: list[str], coef: list[float], intercept_s: float,
+                 grids: list[tuple[str, list[float], list[float]]]) -> None:
+        self.intercept_s = intercept_s
+        self.terms = [(FEATURE_INDEX[n], c) for n, c in zip(features, coef, strict=True)]
+        self.grids = [(FEATURE_INDEX[feature], points, values)
+                      for feature, points, values in grids]
 
     def predict(self, v: list[float]) -> float:
         """Seconds for feature values ``v`` (clamped at 0)."""
