@@ -83,7 +83,7 @@ def test_feature_values_are_the_call_by_call_features(batch: Batch) -> None:
 
 @settings(max_examples=200, deadline=None)
 @given(batch=batches(), prev=st.none() | batches(), idle_s=st.sampled_from([0.0, 1e-3, 0.3]),
-       since=st.integers(0, 3))
+       since=st.integers(0, 5))
 def test_calibrated_split_is_the_stage_fits_prediction(batch: Batch, prev: Batch | None,
                                                       idle_s: float, since: int) -> None:
     for cost in MODELS:
