@@ -4,7 +4,7 @@ Each engine turn::
 
     batch  = core.schedule(env.now)
     result = executor.execute(batch)
-    yield env.timeout(cost.step_time(StepContext(batch, prev, idle_s, since_idle)))
+    yield env.timeout(clock.end_of(batch, env.now) - env.now)  # sim.step_clock prices it
     events = core.apply(batch, result, env.now)
 
 Arrivals whose time has come are submitted before every ``schedule``, so an arrival at the
@@ -31,6 +31,7 @@ from engine.core.seeded_executor import SeededExecutor, SignalFn
 from sim.cost.base import CostModel
 from sim.errors import SimulationDeadlock
 from sim.step_clock import StepClock, check_stop, run_without_gc
+from sim.stop import REQUESTED as STOP_REQUESTED
 
 
 class _SimRun:
@@ -83,6 +84,7 @@ class _SimRun:
         """
         env, core, executor = self.env, self.core, self.executor
         loop, feeder = self.loop, self.feeder
+        stop_requested = STOP_REQUESTED  # a local: read after every step
         now = env.now
         clock = StepClock(self.cost, now)
         while True:
@@ -105,7 +107,8 @@ class _SimRun:
             if feeder.next_due_s <= end:
                 yield env.timeout(end - env.now)
             loop.after_step(batch, result, start, end)
-            check_stop(batch)
+            if stop_requested[0]:
+                check_stop(batch)
         loop.drain()  # nothing left for a runner to release
 
     def run(self) -> RunRecords:

@@ -32,15 +32,17 @@ from engine._native import (  # noqa: E402
 
 # Not compiled: package __init__s, errors (raised at most once per run), config (the scenario
 # schema reads its dataclass annotations; built once per run), executor (a Protocol, no code),
-# and the rest of sim (cost models other than the roofline, exit profiles, validity: once per
-# run). The exit model is compiled for its signal functions, called once per decode row that
-# reads a signal. What the compiled modules need of the code: engine/_native.py.
+# and the rest of sim (the calibrated model's pydantic profile, exit profiles, validity, the
+# cluster's router and driver: once per run or per request). The exit model is compiled for its
+# signal functions, called once per decode row that reads a signal; the calibrated model's
+# features and linear fits and the cluster replica's step loop run once per step. What the
+# compiled modules need of the code: engine/_native.py.
 MODULES = tuple(f"engine.core.{m}" for m in (
     "admission", "arrivals", "batch", "block_manager", "columns", "engine_core", "exits",
     "kv_allocation", "policies", "prefix_cache", "prompt_state", "records", "request",
     "results", "run_loop", "scheduler", "seeded_executor", "stable_seeds", "wavefront",
 )) + ("sim.driver", "sim.exit_model", "sim.step_clock", "sim.cost.base",
-     "sim.cost.roofline")
+     "sim.cost.roofline", "sim.cost.features", "sim.cost.linear_fit", "sim.cluster.replica")
 
 
 def sources() -> list[Path]:

@@ -57,18 +57,19 @@ class ArrivalFeeder:
         self.recorder = recorder
         self.timed = timed_arrivals(source)
         self.next_arrival = 0
+        # Time of the next timed arrival (inf when none is left): a field, as the drivers
+        # read it before and after every step.
+        self.next_due_s = self._due_s(0)
 
     @property
     def exhausted(self) -> bool:
         """No timed arrival is left."""
         return self.next_arrival >= len(self.timed)
 
-    @property
-    def next_due_s(self) -> float:
-        """Time of the next timed arrival (inf when none is left)."""
-        if self.next_arrival >= len(self.timed):
+    def _due_s(self, index: int) -> float:
+        if index >= len(self.timed):
             return math.inf
-        due = self.timed[self.next_arrival].arrival_s
+        due = self.timed[index].arrival_s
         assert due is not None
         return due
 
@@ -92,6 +93,7 @@ class ArrivalFeeder:
             if due > now_s:
                 break
             self.next_arrival += 1
+            self.next_due_s = self._due_s(self.next_arrival)
             self.submit(spec, due)
 
     def on_events(self, events: Iterable[TokenEvent]) -> None:

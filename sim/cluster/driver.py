@@ -72,13 +72,14 @@ class ClusterRun:
         self.info: dict[str, RequestInfo] = {}
         self.timed = timed_arrivals(source)
         self.next_arrival = 0
+        self.next_due_s = self._due_s(0)  # a field: every replica reads it every step
 
     # ---- arrivals and routing ------------------------------------------------------------
-    @property
-    def next_due_s(self) -> float:
-        if self.next_arrival >= len(self.timed):
+    def _due_s(self, index: int) -> float:
+        """When timed arrival ``index`` is due (inf: none left)."""
+        if index >= len(self.timed):
             return float("inf")
-        due = self.timed[self.next_arrival].arrival_s
+        due = self.timed[index].arrival_s
         assert due is not None
         return due
 
@@ -91,6 +92,7 @@ class ClusterRun:
             if due > now_s:
                 break
             self.next_arrival += 1
+            self.next_due_s = self._due_s(self.next_arrival)
             self.route(spec, due)
 
     def route(self, spec: ArrivalSpec, arrival_s: float) -> None:

@@ -20,6 +20,7 @@ from engine.core.run_loop import StepLoop
 from engine.core.seeded_executor import SeededExecutor
 from sim.cost.base import CostModel
 from sim.step_clock import StepClock, check_stop
+from sim.stop import REQUESTED as STOP_REQUESTED
 
 
 class ClusterRun(Protocol):
@@ -31,9 +32,8 @@ class ClusterRun(Protocol):
     cost: CostModel
     record_batches: bool
 
-    @property
-    def next_due_s(self) -> float:
-        """When the next timed arrival is due (inf: none left)."""
+    next_due_s: float
+    """When the next timed arrival is due (inf: none left)."""
 
     def route_due(self, now_s: float) -> None:
         """Route every timed arrival due by ``now_s``."""
@@ -116,6 +116,7 @@ class Replica:
         run ends when no process has an event left."""
         run, env, core, loop = self.run, self.run.env, self.core, self.loop
         executor, cost = run.executor.for_another_engine(), run.cost
+        stop_requested = STOP_REQUESTED  # a local: read after every step
         now = env.now
         clock = StepClock(cost, now)
         while True:
@@ -140,4 +141,5 @@ class Replica:
             for event in events:
                 if event.finished:
                     run.finished(self, event)
-            check_stop(batch)
+            if stop_requested[0]:
+                check_stop(batch)

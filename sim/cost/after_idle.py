@@ -106,16 +106,17 @@ class AfterIdleCost:
     def __init__(self, base: CostModel, after_idle: AfterIdle) -> None:
         self.base = base
         self.after_idle = after_idle
+        self._base_split = getattr(base, "split", None)  # looked up once, not per step
+        self._num_later = len(after_idle.later)  # steps past it after a wait pay nothing
 
     def split(self, ctx: StepContext) -> tuple[str, float, float]:
         """``(kind, execute_s, gap_s)`` of ``ctx``, execute time scaled after a wait."""
-        base = self.base
-        split = getattr(base, "split", None)
+        split = self._base_split
         if split is not None:
             kind, execute_s, gap_s = split(ctx)
         else:
-            kind, execute_s, gap_s = step_kind(ctx.batch), base.step_time(ctx), 0.0
-        if ctx.idle_s > 0.0:
+            kind, execute_s, gap_s = step_kind(ctx.batch), self.base.step_time(ctx), 0.0
+        if ctx.idle_s > 0.0 and ctx.since_idle <= self._num_later:
             execute_s *= self.after_idle.factor(ctx.idle_s, kind, ctx.since_idle)
         return kind, execute_s, gap_s
 

@@ -66,7 +66,10 @@ class CostModel(Protocol):
     ``step_time(ctx)`` returns the simulated duration of the whole step ``ctx.batch`` in
     seconds: an atomic PREFILL step or a prompt shortcut covers all of its core calls, PRELUDE
     and CODA steps cost what their stage costs. It must be deterministic and side-effect free,
-    and cheap (it runs once per simulated step).
+    and cheap (it runs once per simulated step). ``ctx`` is the caller's: the step clock
+    hands every call the same context, updated in place, so a model reads it during the call
+    and keeps nothing of it (it may keep ``ctx.batch``, which is not reused). The models here
+    (roofline, constant, calibrated, ``AfterIdleCost``) keep neither.
 
     ``breakdown(batch)`` returns named terms in seconds (keys such as ``weights_s``,
     ``kv_s``, ``attention_s``, ``host_s``, ``embed_s``, ``lm_head_s``) plus ``total_s``,

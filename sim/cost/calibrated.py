@@ -10,7 +10,8 @@ from engine.core.batch import Batch
 from engine.core.request import Stage
 from engine.core.results import rfc_readbacks, step_kind
 from sim.cost.base import StepContext
-from sim.cost.features import batch_features
+from sim.cost.features import FEATURE_INDEX, batch_features, feature_values
+from sim.cost.linear_fit import LinearFit
 from sim.cost.profile import Profile, StageFit, load_profile
 
 # A decode-only core call right after one of these runs with caches the prompt work evicted.
@@ -30,6 +31,11 @@ def _recurrent_readbacks(batch: Batch) -> int:
     """Exit-signal readbacks of a recurrent step (a CODA step's own readback is part of the
     coda stage's measured time)."""
     return 0 if batch.stage is Stage.CODA else rfc_readbacks(batch)
+
+
+def _linear(fit: StageFit) -> LinearFit:
+    return LinearFit(fit.features, fit.coef, fit.intercept_s,
+                     [(g.feature, g.points, g.values_s) for g in fit.grids])
 
 
 class CalibratedCost:
@@ -79,6 +85,11 @@ class CalibratedCost:
         self._extras = [(name, feature, fit) for name, feature, fit in (
             ("signals", "signal_rows", signals), ("finalize", "finalize_copies", p.finalize))
             if fit is not None]
+        # The per-step path (split, step_time) predicts from the features' list.
+        self._linear = {kind: _linear(fit) for kind, fit in self._fits.items()}
+        self._linear_extras = [(FEATURE_INDEX[feature], _linear(fit))
+                               for _, feature, fit in self._extras]
+        self._linear_gap = None if self._gap is None else _linear(self._gap)
 
     def _fit(self, batch: Batch, prev: Batch | None = None) -> tuple[str, StageFit]:
         kind = stage_kind(batch, prev)
@@ -103,11 +114,19 @@ class CalibratedCost:
 
     def split(self, ctx: StepContext) -> tuple[str, float, float]:
         """``(kind, execute_s, gap_s)``: the profile stage that prices ``ctx.batch`` after
-        ``ctx.prev``, the predicted seconds of the runner's ``execute`` and the host gap."""
+        ``ctx.prev``, the predicted seconds of the runner's ``execute`` and the host gap
+        (``_execute_s`` and ``_gap_s`` on the features' list)."""
         batch = ctx.batch
-        kind, fit = self._fit(batch, ctx.prev)
-        f = batch_features(batch)
-        return kind, self._execute_s(fit, batch, f), self._gap_s(f)
+        kind = self._fit(batch, ctx.prev)[0]
+        v = feature_values(batch)
+        t = self._linear[kind].predict(v)
+        for i, extra in self._linear_extras:
+            if v[i] > 0:
+                t += extra.predict(v)
+        if self.readback_s is not None:
+            t += self.readback_s * _recurrent_readbacks(batch)
+        gap = self._linear_gap
+        return kind, t, 0.0 if gap is None else gap.predict(v)
 
     def execute_time(self, ctx: StepContext) -> float:
         """Predicted seconds of the runner's ``execute(ctx.batch)`` alone, after ``ctx.prev``."""

@@ -65,6 +65,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 from sim.cost.after_idle import AfterIdle
 from sim.cost.features import FEATURE_NAMES, STEP_KINDS
+from sim.cost.linear_fit import pwl_value
 from sim.profile_file import read_versioned
 
 PROFILE_FORMAT = "loopserve-profile/1"
@@ -130,18 +131,6 @@ class GridTerm(BaseModel):
     def value(self, x: float) -> float:
         """The term at ``x`` in seconds."""
         return pwl_value(self.points, self.values_s, x)
-
-
-def pwl_value(points: list[float], values: list[float], x: float) -> float:
-    """Piecewise-linear interpolation through (points, values), extended linearly past both
-    ends with the end segments' slopes."""
-    i = 1
-    last = len(points) - 1
-    while i < last and x > points[i]:
-        i += 1
-    x0, x1 = points[i - 1], points[i]
-    y0, y1 = values[i - 1], values[i]
-    return y0 + (x - x0) * (y1 - y0) / (x1 - x0)
 
 
 class StageFit(BaseModel):

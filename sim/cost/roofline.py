@@ -21,7 +21,7 @@ chunk sizes the scenarios use.
 
 from __future__ import annotations
 
-from engine.core.batch import Batch, FinalizeOp
+from engine.core.batch import Batch, FinalizeOp, ItemKind, ScheduledItem
 from engine.core.config import ModelShape
 from engine.core.request import Stage
 from sim.cost.base import HardwarePreset, StepContext, item_context
@@ -50,7 +50,83 @@ class RooflineCost:
         self.weights_s = self.weight_bytes / self._bw
 
     def step_time(self, ctx: StepContext) -> float:
-        return self._cost(ctx.batch, None)
+        return self.batch_time(ctx.batch)
+
+    def batch_time(self, batch: Batch) -> float:
+        """``step_time`` of ``batch`` (the roofline reads nothing else of a context): the
+        same doubles as ``breakdown(batch)["total_s"]``, from the same operations in the same
+        order, with each item's context (``item_context``, written out: no tuple) summed in
+        one pass over the items."""
+        hw = self.hardware
+        total = hw.step_overhead_s
+        ops = batch.housekeeping.finalize
+        if ops:  # adding no copies' 0.0 leaves the (positive) total as it is
+            total += self._finalize_s(ops)
+        stage = batch.stage
+        if stage is Stage.PRELUDE:
+            embed = 2 * len(batch.items) * self.embed_row_bytes / self._bw
+            return total + (embed + self.host_call_s)
+        if stage is Stage.CODA:
+            rows = len(batch.items)
+            mem = (self.lm_head_bytes + rows * self.embed_row_bytes) / self._bw
+            comp = rows * self.lm_head_flops_per_row / self._flops
+            return total + ((comp if comp > mem else mem) + self.host_call_s + hw.sampling_s)
+        if batch.needs_signals:
+            total += hw.readback_s
+        num_calls = batch.num_core_calls
+        if num_calls == 1:
+            rows = kv_tokens = ctx_sum = fused_rows = 0
+            for item in batch.items:
+                if item.num_depths < 1:
+                    continue
+                n = item.num_tokens
+                if item.kind is ItemKind.DECODE:
+                    c = item.position + 1
+                    kv_tokens += c
+                    ctx_sum += c
+                else:
+                    s = item.position
+                    kv_tokens += s + n
+                    ctx_sum += n * s + n * (n + 1) // 2
+                rows += n
+                if item.fused_prelude:
+                    fused_rows += n
+            return total + self._call_s(rows, kv_tokens, ctx_sum, fused_rows)
+        if num_calls > 1:
+            return self._calls_s(total, batch.items, num_calls)
+        return total
+
+    def _calls_s(self, total: float, items: tuple[ScheduledItem, ...], num_calls: int) -> float:
+        """``total`` plus each of ``num_calls`` core calls in call order (an atomic PREFILL
+        step, a prompt shortcut): an item runs in calls 0 .. num_depths - 1, so the sums of
+        call k are those of the items with more than k depths."""
+        rows_at = [0] * (num_calls + 1)  # by num_depths, then summed from the deepest down
+        kv_at = [0] * (num_calls + 1)
+        ctx_at = [0] * (num_calls + 1)
+        fused_rows = 0
+        for item in items:
+            d = item.num_depths
+            if d < 1:
+                continue
+            n = item.num_tokens
+            s = item.position
+            rows_at[d] += n
+            if item.kind is ItemKind.DECODE:
+                kv_at[d] += s + 1
+                ctx_at[d] += s + 1
+            else:
+                kv_at[d] += s + n
+                ctx_at[d] += n * s + n * (n + 1) // 2
+            if item.fused_prelude:  # its prelude runs in its first call
+                fused_rows += n
+        for d in range(num_calls - 1, 0, -1):
+            rows_at[d] += rows_at[d + 1]
+            kv_at[d] += kv_at[d + 1]
+            ctx_at[d] += ctx_at[d + 1]
+        for k in range(num_calls):
+            total += self._call_s(rows_at[k + 1], kv_at[k + 1], ctx_at[k + 1],
+                                  fused_rows if k == 0 else 0)
+        return total
 
     def _call_s(self, rows: int, kv_tokens: int, ctx_sum: int, fused_rows: int) -> float:
         """One core call: roofline of its bytes and FLOPs plus the host overhead."""
@@ -63,7 +139,9 @@ class RooflineCost:
         return (mem if mem > comp else comp) + self.host_call_s
 
     def _finalize_s(self, ops: tuple[FinalizeOp, ...]) -> float:
-        copies = sum(len(op.to_depths) for op in ops)
+        copies = 0
+        for op in ops:
+            copies += len(op.to_depths)
         return 2 * copies * self.kv_position_bytes / self._bw
 
     def breakdown(self, batch: Batch) -> dict[str, float]:
@@ -77,6 +155,8 @@ class RooflineCost:
         return terms
 
     def _cost(self, batch: Batch, terms: dict[str, float] | None) -> float:
+        """The step's price, call by call over ``Batch.core_call_items`` (``breakdown``'s
+        reference; ``batch_time`` sums the same terms in one pass)."""
         hw = self.hardware
         bw = self._bw
         total = hw.step_overhead_s
