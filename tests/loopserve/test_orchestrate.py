@@ -128,6 +128,12 @@ def test_trace_caps_every_run_and_records_the_cap(tmp_path: Path) -> None:
     first = path.read_bytes()
     write_trace(path, results, scn.arms, {0}, max_steps_per_run=5)
     assert path.read_bytes() == first  # no name or mtime in the gzip header
+    for cap in (5, 10_000):  # the file holds json.dumps' bytes of trace_events' document
+        write_trace(path, results, scn.arms, {0}, max_steps_per_run=cap)
+        text = gzip.decompress(path.read_bytes())
+        doc = {"traceEvents": trace_events(results, scn.arms, {0}, cap),
+               "displayTimeUnit": "ms", "otherData": json.loads(text)["otherData"]}
+        assert text == (json.dumps(doc, separators=(",", ":")) + "\n").encode()
 
 
 def test_unknown_target_is_a_user_error(tmp_path: Path) -> None:
