@@ -36,6 +36,7 @@ from engine.core.records import RunRecords
 from engine.core.results import TokenEvent
 from loopserve.stats import Distribution, distribution_ms
 from loopserve.stats.population import population_metrics
+from loopserve.stats.token_rows import previous_rows, view
 from sim.cluster import cluster_info
 
 if TYPE_CHECKING:
@@ -108,20 +109,16 @@ def consecutive_tokens(records: RunRecords) -> list[tuple[TokenEvent, TokenEvent
     return [(toks.row(j), toks.row(k)) for k, j in enumerate(toks.previous()) if j >= 0]
 
 
-def inter_token_latencies(records: RunRecords) -> np.ndarray:
+def inter_token_latencies(records: RunRecords, prev: np.ndarray | None = None) -> np.ndarray:
     """Every gap (s) between consecutive tokens of the same request, pooled in the order the
     later token came (``TokenTable.gaps``, vectorised over the columns); ValueError when a
-    request's tokens are out of order."""
-    toks = records.tokens
-    request = np.frombuffer(toks.request, dtype=np.intc)
-    index = np.frombuffer(toks.index, dtype=np.intc)
-    time_s = np.frombuffer(toks.time_s, dtype=np.float64)
-    rows = np.argsort(request, kind="stable")  # each request's rows, in row order
-    same = request[rows[1:]] == request[rows[:-1]]
-    later, earlier = rows[1:][same], rows[:-1][same]
-    if not np.array_equal(index[later], index[earlier] + 1):
-        return np.array(toks.gaps(), dtype=np.float64)  # raises, naming the request
-    return (time_s[later] - time_s[earlier])[np.argsort(later, kind="stable")]
+    request's tokens are out of order. ``prev``: ``previous_rows(records.tokens)`` when the
+    caller has it."""
+    if prev is None:
+        prev = previous_rows(records.tokens)
+    later = np.flatnonzero(prev >= 0)
+    time_s = view(records.tokens.time_s)
+    return time_s[later] - time_s[prev[later]]
 
 
 def _num_depths(records: RunRecords) -> int | None:
@@ -146,6 +143,7 @@ def summarize(records: RunRecords, num_depths: int | None = None) -> Metrics:
     finishes = [r.finish_s for r in reqs if r.finish_s is not None]
     span = max(finishes) - min(r.arrival_s for r in reqs) if finishes else 0.0
     depths = num_depths if num_depths is not None else _num_depths(records)
+    prev = previous_rows(records.tokens)
     out_tok_s: float | None = None
     loops_s: float | None = None
     if span > 0:
@@ -155,7 +153,7 @@ def summarize(records: RunRecords, num_depths: int | None = None) -> Metrics:
     out: Metrics = {
         "ttft_ms": distribution_ms(ttft),
         "tpot_ms": distribution_ms(tpot),
-        "itl_ms": distribution_ms(inter_token_latencies(records)),
+        "itl_ms": distribution_ms(inter_token_latencies(records, prev)),
         "e2el_ms": distribution_ms(e2el),
         "output_tok_s": out_tok_s,
         "prompt_token_loops_s": loops_s,
@@ -163,7 +161,7 @@ def summarize(records: RunRecords, num_depths: int | None = None) -> Metrics:
         "num_core_calls": records.num_core_calls,
         "num_mixed_core_calls": records.num_mixed_core_calls,
         "num_readbacks": int(sum(records.steps.num_readbacks)),
-        **population_metrics(records),  # type: ignore[typeddict-item]
+        **population_metrics(records, prev),  # type: ignore[typeddict-item]
     }
     pc = records.prefix_cache
     if pc is not None:
