@@ -44,11 +44,13 @@ STEP_COLUMNS = ("start_s", "end_s", "stage", "kind")  # what the lanes read of t
 Lane = tuple[pd.DataFrame, pd.DataFrame]  # a lane's steps (STEP_COLUMNS) and requests
 
 
-def _lane(run: RunData, arm: str) -> Lane:
-    """The rows a lane draws: ``arm``'s first repeat at the run's reference point."""
+def _lanes(run: RunData) -> list[Lane]:
+    """The rows each of the run's lanes draws: per arm, its first repeat at the reference
+    point."""
     pid = run.reference_point_id
-    return (run.first_repeat("steps", arm, pid, STEP_COLUMNS),
-            run.first_repeat("requests", arm, pid))
+    steps = run.first_repeats("steps", run.arms, pid, STEP_COLUMNS)
+    requests = run.first_repeats("requests", run.arms, pid)
+    return [(steps[arm], requests[arm]) for arm in run.arms]
 
 
 def _window(lanes: Sequence[Lane]) -> tuple[float, float, str]:
@@ -126,10 +128,10 @@ def timeline_figure(runs: Sequence[RunData]) -> Figure:
     """Stacked per-arm timelines at each run's reference point, first repeat."""
     multi = len(runs) > 1
     series = [(run, arm) for run in runs for arm in run.arms]
-    lanes = [_lane(run, arm) for run, arm in series]
+    run_lanes = [_lanes(run) for run in runs]
+    lanes = [lane for each in run_lanes for lane in each]
     # lanes of one run share a time window; runs (e.g. sim vs cpu) each get their own
-    windows = {id(run): _window([lane for lane, (r, _) in zip(lanes, series, strict=True)
-                                 if r is run]) for run in runs}
+    windows = {id(run): _window(each) for run, each in zip(runs, run_lanes, strict=True)}
     fig, axes = plt.subplots(len(series), 1, squeeze=False,
                              figsize=(13, 1.3 * len(series) + 1.0 + 0.5 * len(runs)),
                              layout="constrained")

@@ -11,6 +11,7 @@ import pandas as pd
 import pytest
 
 from loopserve.outputs import tables
+from loopserve.outputs.rundata import RunData
 from loopserve.outputs.tables import Codes, read_table, write_table
 
 SCHEMA = (("arm", "text"), ("point_id", "int"), ("repeat", "int"), ("start_s", "float"),
@@ -51,3 +52,20 @@ def test_filtered_reads_agree(written: dict[str, Path], where: dict[str, object]
     pd.testing.assert_frame_equal(parquet, whole)
     pd.testing.assert_frame_equal(parquet, csv)
     assert len(parquet) > 0 and len(parquet) == len(whole)
+
+
+def test_first_repeats_equal_first_repeat_per_arm(tmp_path: Path) -> None:
+    # atomic's lowest repeat at point 1 is 1, mixed's 0; "none" has no rows
+    parts = [_part(arm, p, r, 5 + r) for p in (0, 1) for arm in ("mixed", "atomic")
+             for r in (0, 1, 2) if not (arm == "atomic" and p == 1 and r == 0)]
+    write_table(tmp_path, "steps", "parquet", SCHEMA, parts)
+    run = RunData(tmp_path, {}, {}, {})  # type: ignore[typeddict-item]
+    arms = ["atomic", "mixed", "none"]
+    for point_id, columns in ((0, ()), (1, ()), (1, ("kind", "start_s"))):
+        got = run.first_repeats("steps", arms, point_id, columns)
+        assert list(got) == arms
+        for arm in arms:
+            want = run.first_repeat("steps", arm, point_id, columns)
+            pd.testing.assert_frame_equal(got[arm], want, check_index_type=True)
+        assert set(got["mixed"]["repeat"]) == {0} and got["none"].empty
+        assert set(got["atomic"]["repeat"]) == {point_id}
