@@ -25,7 +25,7 @@ own ITL/TPOT and the prompt-progress metrics of RFC §6 come from ``loopserve.st
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from operator import attrgetter
 from typing import TYPE_CHECKING, Any, NotRequired, TypedDict
 
@@ -96,6 +96,8 @@ class RunResult:
     records: RunRecords
     invalid_reasons: list[str]
     metrics: Metrics
+    # the run's inter-token gaps (s), as ``inter_token_latencies(records)``, when kept
+    itl_s: np.ndarray | None = field(default=None, repr=False, compare=False)
 
     @property
     def valid(self) -> bool:
@@ -132,6 +134,13 @@ def _num_depths(records: RunRecords) -> int | None:
 def summarize(records: RunRecords, num_depths: int | None = None) -> Metrics:
     """Metrics of one run. ``num_depths`` (D) scales prompt token-loops; when None it is read
     from the records (a first token always runs all D loops)."""
+    return summarize_with_gaps(records, num_depths)[0]
+
+
+def summarize_with_gaps(records: RunRecords,
+                        num_depths: int | None = None) -> tuple[Metrics, np.ndarray]:
+    """``summarize``, and the inter-token gaps its ITL is taken from
+    (``inter_token_latencies``)."""
     reqs = records.requests
     ttft = [r.first_token_s - r.arrival_s for r in reqs if r.first_token_s is not None]
     tpot = [
@@ -144,6 +153,7 @@ def summarize(records: RunRecords, num_depths: int | None = None) -> Metrics:
     span = max(finishes) - min(r.arrival_s for r in reqs) if finishes else 0.0
     depths = num_depths if num_depths is not None else _num_depths(records)
     prev = previous_rows(records.tokens)
+    itl_s = inter_token_latencies(records, prev)
     out_tok_s: float | None = None
     loops_s: float | None = None
     if span > 0:
@@ -153,7 +163,7 @@ def summarize(records: RunRecords, num_depths: int | None = None) -> Metrics:
     out: Metrics = {
         "ttft_ms": distribution_ms(ttft),
         "tpot_ms": distribution_ms(tpot),
-        "itl_ms": distribution_ms(inter_token_latencies(records, prev)),
+        "itl_ms": distribution_ms(itl_s),
         "e2el_ms": distribution_ms(e2el),
         "output_tok_s": out_tok_s,
         "prompt_token_loops_s": loops_s,
@@ -174,7 +184,7 @@ def summarize(records: RunRecords, num_depths: int | None = None) -> Metrics:
         from loopserve.stats.cluster_metrics import cluster_metrics
 
         out.update(cluster_metrics(records, info, out_tok_s, distribution_ms))  # type: ignore[typeddict-item]
-    return out
+    return out, itl_s
 
 
 def metric(row: Mapping[str, object] | None, key: str, sub: str | None = None) -> float | None:
