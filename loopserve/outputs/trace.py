@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import gzip
 import json
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -77,12 +77,13 @@ def write_trace(
             "num_steps": len(r.records.steps)}
            for r in select_runs(results, point_ids) if len(r.records.steps) > max_steps_per_run]
     other = {"max_steps_per_run": max_steps_per_run, "truncated_runs": cut}
-    parts = _encoded_events(results, arms, point_ids, max_steps_per_run)
-    text = ('{"traceEvents":[' + ",".join(parts) + '],"displayTimeUnit":"ms","otherData":'
-            + _dumps(other) + "}\n")
+    # one run's events at a time: deflate's output does not depend on how its input is split
     with path.open("wb") as raw, gzip.GzipFile(filename="", mode="wb", fileobj=raw,
                                                 mtime=0) as gz:
-        gz.write(text.encode())
+        gz.write(b'{"traceEvents":[')
+        for k, events in enumerate(_encoded_runs(results, arms, point_ids, max_steps_per_run)):
+            gz.write(((',' if k else '') + ",".join(events)).encode())
+        gz.write(('],"displayTimeUnit":"ms","otherData":' + _dumps(other) + "}\n").encode())
 
 
 def _dumps(obj: object) -> str:
@@ -96,15 +97,15 @@ _STEP_EVENT = ('{"ph":"X","name":%s,"cat":%s,"pid":%d,"tid":%d,"ts":%r,"dur":%r,
                '"fused_prelude_items":%d,"depths":%s,"mixed":%s}}')
 
 
-def _encoded_events(
+def _encoded_runs(
     results: Sequence[RunResult], arms: Sequence[str], point_ids: Collection[int],
     max_steps_per_run: int,
-) -> list[str]:
-    """``trace_events``' events, each JSON-encoded (compact separators)."""
-    out: list[str] = []
+) -> Iterator[list[str]]:
+    """``trace_events``' events, each JSON-encoded (compact separators), a run at a time."""
     named: set[int] = set()
     for r in select_runs(results, point_ids):
         s = r.spec
+        out: list[str] = []
         pid = s.point_id * len(arms) + arms.index(s.arm) + 1
         if pid not in named:
             named.add(pid)
@@ -129,7 +130,7 @@ def _encoded_events(
         injected = [q for q in r.records.requests if q.injected and q.first_token_s is not None]
         if injected:
             out += [_dumps(e) for e in _injected_events(injected, pid, s.repeat)]
-    return out
+        yield out
 
 
 def _injected_events(injected: Sequence[RequestRecord], pid: int,
