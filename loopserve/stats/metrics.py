@@ -35,8 +35,7 @@ import pandas as pd  # type: ignore[import-untyped]
 from engine.core.records import RunRecords
 from engine.core.results import TokenEvent
 from loopserve.stats import Distribution, distribution_ms
-from loopserve.stats.population import population_metrics
-from loopserve.stats.token_rows import previous_rows, view
+from loopserve.stats.population import population_metrics, previous_rows, view
 from sim.cluster import cluster_info
 
 if TYPE_CHECKING:

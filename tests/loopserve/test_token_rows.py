@@ -1,4 +1,4 @@
-"""``loopserve.stats.token_rows``: the vectorised previous-token rows equal
+"""``loopserve.stats.population.previous_rows``: the vectorised previous-token rows equal
 ``TokenTable.previous`` on interleaved requests, and reject out-of-order tokens alike."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import pytest
 
 from engine.core.columns import TokenTable
 from engine.core.results import TokenEvent
-from loopserve.stats.token_rows import previous_rows
+from loopserve.stats.population import previous_rows
 
 
 def _interleaved(num_requests: int, seed: int) -> TokenTable:
