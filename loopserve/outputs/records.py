@@ -168,7 +168,7 @@ def itl_quantile_parts(results: Sequence[RunResult]) -> list[Columns]:
     pooled: dict[tuple[str, int], list[np.ndarray]] = {}
     for r in results:
         pooled.setdefault((r.spec.arm, r.spec.point_id), []).append(
-            inter_token_latencies(r.records))
+            r.itl_s if r.itl_s is not None else inter_token_latencies(r.records))
     q = np.array(ITL_QUANTILES)
     parts: list[Columns] = []
     for (arm, point_id), gaps in pooled.items():

@@ -117,6 +117,26 @@ class RunData:
         return _read(path, [*RUN_KEY_COLUMNS, *columns] if columns else None,
                      {**keys, "repeat": int(repeats.min())})
 
+    def first_repeats(self, name: str, arms: Sequence[str], point_id: int,
+                      columns: Sequence[str] = ()) -> dict[str, pd.DataFrame]:
+        """``first_repeat`` for each of ``arms``; a table not yet loaded is read twice
+        (its run keys at the point, then the rows of the arms' lowest repeat), not twice per
+        arm."""
+        path = None if name in self._tables else find_table(self.path, name)
+        if path is None:
+            return {arm: self.first_repeat(name, arm, point_id, columns) for arm in arms}
+        keys = _read(path, ["arm", "repeat"], {"point_id": point_id})
+        lowest = keys.groupby("arm")["repeat"].min()
+        out: dict[str, pd.DataFrame] = {}
+        for repeat in sorted({int(lowest[arm]) for arm in arms if arm in lowest.index}):
+            rows = _read(path, [*RUN_KEY_COLUMNS, *columns] if columns else None,
+                         {"point_id": point_id, "repeat": repeat})
+            for arm in arms:
+                if arm in lowest.index and int(lowest[arm]) == repeat:
+                    out[arm] = rows[rows["arm"] == arm].reset_index(drop=True)
+        return {arm: out[arm] if arm in out else self.first_repeat(name, arm, point_id, columns)
+                for arm in arms}
+
     def itl_distribution(self, arm: str, point_id: int) -> tuple[np.ndarray, np.ndarray]:
         """(fraction of gaps <= x, x in ms) for ``arm`` at ``point_id``, every repeat pooled:
         the ``itl_quantiles`` table's points, or each gap from the token rows in a folder

@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 import pandas as pd  # type: ignore[import-untyped]
 import pyarrow as pa  # type: ignore[import-untyped]
+import pyarrow.compute as pc  # type: ignore[import-untyped]
 import pyarrow.parquet as pq  # type: ignore[import-untyped]
 
 from loopserve.outputs.files import write_csv
@@ -150,9 +151,44 @@ def read_table(path: Path, columns: Sequence[str] | None = None,
             df = df[df[name] == value]
         df = df if cols is None else df[cols]
         return df.reset_index(drop=True) if where else df
-    filters = [(name, "==", value) for name, value in where.items()] if where else None
-    table = pq.read_table(path, columns=cols, filters=filters)
+    table = _read_parquet(path, cols, where) if where else pq.read_table(path, columns=cols)
     fields = [pa.field(f.name, pa.string()) if pa.types.is_dictionary(f.type)
               else pa.field(f.name, pa.int64()) if pa.types.is_integer(f.type) else f
               for f in table.schema]
     return table.cast(pa.schema(fields)).to_pandas()
+
+
+def _read_parquet(path: Path, columns: list[str] | None, where: Mapping[str, Any]) -> pa.Table:
+    """The rows of ``path`` matching ``where``, one row group at a time (a row group whose
+    statistics rule a value out is not read); ``columns`` in their order (all when None)."""
+    file = pq.ParquetFile(path)
+    names = columns if columns is not None else file.schema_arrow.names
+    read = list(dict.fromkeys([*names, *where]))
+    parts = []
+    for i in range(file.num_row_groups):
+        if not _may_match(file.metadata.row_group(i), where):
+            continue
+        group = file.read_row_group(i, columns=read)
+        mask = None
+        for name, value in where.items():
+            column = group[name]
+            if pa.types.is_dictionary(column.type):
+                column = column.cast(column.type.value_type)
+            equal = pc.equal(column, value)
+            mask = equal if mask is None else pc.and_(mask, equal)
+        parts.append(group.filter(mask))
+    if not parts:
+        return file.schema_arrow.empty_table().select(names)
+    return pa.concat_tables(parts).select(names)
+
+
+def _may_match(group: Any, where: Mapping[str, Any]) -> bool:
+    """False when a row group's min/max statistics exclude a ``where`` number."""
+    for k in range(group.num_columns):
+        chunk = group.column(k)
+        value = where.get(chunk.path_in_schema)
+        stats = chunk.statistics
+        if (isinstance(value, int) and stats is not None and stats.has_min_max
+                and isinstance(stats.min, int) and not stats.min <= value <= stats.max):
+            return False
+    return True

@@ -11,13 +11,15 @@ first ``max_steps_per_run`` steps; the cap and the runs it cut are recorded in t
 
 from __future__ import annotations
 
-import gc
 import gzip
 import json
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
+from engine.core.records import RequestRecord
 from loopserve.stats.metrics import RunResult
 
 _US = 1e6
@@ -61,16 +63,7 @@ def trace_events(
             })
         injected = [q for q in r.records.requests if q.injected and q.first_token_s is not None]
         if injected:
-            tid = _INJECTED_TID + s.repeat
-            events.append(_meta("thread_name", pid, tid, f"repeat {s.repeat} injected TTFT"))
-            for q in injected:
-                assert q.first_token_s is not None
-                events.append({
-                    "ph": "X", "name": f"TTFT {q.request_id}", "cat": "ttft", "pid": pid,
-                    "tid": tid, "ts": q.arrival_s * _US,
-                    "dur": (q.first_token_s - q.arrival_s) * _US,
-                    "args": {"prompt_tokens": q.prompt_tokens, "output_tokens": q.output_tokens},
-                })
+            events += _injected_events(injected, pid, s.repeat)
     return events
 
 
@@ -78,25 +71,81 @@ def write_trace(
     path: Path, results: Sequence[RunResult], arms: Sequence[str], point_ids: Collection[int],
     max_steps_per_run: int = MAX_STEPS_PER_RUN,
 ) -> None:
-    """Write trace.json.gz (module docstring)."""
+    """Write trace.json.gz (module docstring): the bytes ``json.dumps`` gives for
+    ``trace_events``' document, with the step events formatted straight from the columns."""
     cut = [{"arm": r.spec.arm, "point_id": r.spec.point_id, "repeat": r.spec.repeat,
             "num_steps": len(r.records.steps)}
            for r in select_runs(results, point_ids) if len(r.records.steps) > max_steps_per_run]
-    # a run's worth of acyclic event dicts: with the cyclic collector on, its full
-    # collections walk every one built so far
-    gc_was_enabled = gc.isenabled()
-    gc.disable()
-    try:
-        doc = {"traceEvents": trace_events(results, arms, point_ids, max_steps_per_run),
-               "displayTimeUnit": "ms",
-               "otherData": {"max_steps_per_run": max_steps_per_run, "truncated_runs": cut}}
-        data = (json.dumps(doc, separators=(",", ":")) + "\n").encode()
-    finally:
-        if gc_was_enabled:
-            gc.enable()
+    other = {"max_steps_per_run": max_steps_per_run, "truncated_runs": cut}
+    # one run's events at a time: deflate's output does not depend on how its input is split
     with path.open("wb") as raw, gzip.GzipFile(filename="", mode="wb", fileobj=raw,
                                                 mtime=0) as gz:
-        gz.write(data)
+        gz.write(b'{"traceEvents":[')
+        for k, events in enumerate(_encoded_runs(results, arms, point_ids, max_steps_per_run)):
+            gz.write(((',' if k else '') + ",".join(events)).encode())
+        gz.write(('],"displayTimeUnit":"ms","otherData":' + _dumps(other) + "}\n").encode())
+
+
+def _dumps(obj: object) -> str:
+    return json.dumps(obj, separators=(",", ":"))
+
+
+# One step event as json.dumps writes it (keys in trace_events' order): %r of a float is its
+# repr, as json's; the strings are JSON-encoded once per distinct value.
+_STEP_EVENT = ('{"ph":"X","name":%s,"cat":%s,"pid":%d,"tid":%d,"ts":%r,"dur":%r,"args":{'
+               '"step":%d,"core_calls":%d,"decode_rows":%d,"prompt_rows":%d,"prompt_items":%d,'
+               '"fused_prelude_items":%d,"depths":%s,"mixed":%s}}')
+
+
+def _encoded_runs(
+    results: Sequence[RunResult], arms: Sequence[str], point_ids: Collection[int],
+    max_steps_per_run: int,
+) -> Iterator[list[str]]:
+    """``trace_events``' events, each JSON-encoded (compact separators), a run at a time."""
+    named: set[int] = set()
+    for r in select_runs(results, point_ids):
+        s = r.spec
+        out: list[str] = []
+        pid = s.point_id * len(arms) + arms.index(s.arm) + 1
+        if pid not in named:
+            named.add(pid)
+            out.append(_dumps(_meta("process_name", pid, 0, f"{s.arm} · point {s.point_id}")))
+            out.append(_dumps({"ph": "M", "name": "process_sort_index", "pid": pid, "tid": 0,
+                               "args": {"sort_index": pid}}))
+        out.append(_dumps(_meta("thread_name", pid, s.repeat, f"repeat {s.repeat} steps")))
+        t = r.records.steps
+        n = min(len(t), max_steps_per_run)
+        words = [_dumps(w) for w in t.strings.values]
+        start = np.frombuffer(t.start_s, dtype=np.float64)[:n]
+        end = np.frombuffer(t.end_s, dtype=np.float64)[:n]
+        fmt = _STEP_EVENT
+        out += [fmt % (words[kind], words[stage], pid, s.repeat, ts, dur, step, calls, dec,
+                       tokens, items, fused, words[depths], "true" if mixed else "false")
+                for kind, stage, ts, dur, step, calls, dec, tokens, items, fused, depths, mixed
+                in zip(t.kind[:n], t.stage[:n], (start * _US).tolist(),
+                       ((end - start) * _US).tolist(), t.step[:n], t.core_calls[:n],
+                       t.num_decode_items[:n], t.num_prompt_tokens[:n],
+                       t.num_prompt_items[:n], t.num_fused_prelude_items[:n], t.depths[:n],
+                       t.mixed[:n], strict=True)]
+        injected = [q for q in r.records.requests if q.injected and q.first_token_s is not None]
+        if injected:
+            out += [_dumps(e) for e in _injected_events(injected, pid, s.repeat)]
+        yield out
+
+
+def _injected_events(injected: Sequence[RequestRecord], pid: int,
+                     repeat: int) -> list[dict[str, Any]]:
+    """A repeat's track of its injected requests' TTFT spans (each has a first token)."""
+    tid = _INJECTED_TID + repeat
+    events = [_meta("thread_name", pid, tid, f"repeat {repeat} injected TTFT")]
+    for q in injected:
+        assert q.first_token_s is not None
+        events.append({
+            "ph": "X", "name": f"TTFT {q.request_id}", "cat": "ttft", "pid": pid,
+            "tid": tid, "ts": q.arrival_s * _US, "dur": (q.first_token_s - q.arrival_s) * _US,
+            "args": {"prompt_tokens": q.prompt_tokens, "output_tokens": q.output_tokens},
+        })
+    return events
 
 
 def _meta(name: str, pid: int, tid: int, label: str) -> dict[str, Any]:

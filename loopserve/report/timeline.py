@@ -41,17 +41,26 @@ MS = 1e3  # the time axis is in ms; records are in seconds
 STEP_COLUMNS = ("start_s", "end_s", "stage", "kind")  # what the lanes read of the steps
 
 
-def _window(series: Sequence[tuple[RunData, str]]) -> tuple[float, float, str]:
+Lane = tuple[pd.DataFrame, pd.DataFrame]  # a lane's steps (STEP_COLUMNS) and requests
+
+
+def _lanes(run: RunData) -> list[Lane]:
+    """The rows each of the run's lanes draws: per arm, its first repeat at the reference
+    point."""
+    pid = run.reference_point_id
+    steps = run.first_repeats("steps", run.arms, pid, STEP_COLUMNS)
+    requests = run.first_repeats("requests", run.arms, pid)
+    return [(steps[arm], requests[arm]) for arm in run.arms]
+
+
+def _window(lanes: Sequence[Lane]) -> tuple[float, float, str]:
     """(start_s, end_s, zoom note) shared by every lane; the note is empty when unzoomed."""
     arrivals, firsts, ends, early_ends = [], [], [], []
-    for run, arm in series:
-        pid = run.reference_point_id
-        steps = run.first_repeat("steps", arm, pid, STEP_COLUMNS)
+    for steps, req in lanes:
         if steps.empty:
             continue
         ends.append(float(steps["end_s"].max()))
         early_ends.append(float(steps["end_s"].iloc[min(len(steps), _MAX_UNZOOMED_STEPS) - 1]))
-        req = run.first_repeat("requests", arm, pid)
         inj = req[req["injected"].astype(bool) & req["first_token_s"].notna()]
         if not inj.empty:  # the first injection of this lane
             first = inj.loc[inj["arrival_s"].idxmin()]
@@ -119,13 +128,16 @@ def timeline_figure(runs: Sequence[RunData]) -> Figure:
     """Stacked per-arm timelines at each run's reference point, first repeat."""
     multi = len(runs) > 1
     series = [(run, arm) for run in runs for arm in run.arms]
+    run_lanes = [_lanes(run) for run in runs]
+    lanes = [lane for each in run_lanes for lane in each]
     # lanes of one run share a time window; runs (e.g. sim vs cpu) each get their own
-    windows = {id(run): _window([(run, arm) for arm in run.arms]) for run in runs}
+    windows = {id(run): _window(each) for run, each in zip(runs, run_lanes, strict=True)}
     fig, axes = plt.subplots(len(series), 1, squeeze=False,
                              figsize=(13, 1.3 * len(series) + 1.0 + 0.5 * len(runs)),
                              layout="constrained")
     any_injected = False
-    for i, (ax, (run, arm)) in enumerate(zip(axes[:, 0], series, strict=True)):
+    for i, (ax, (run, arm), (steps, req)) in enumerate(
+            zip(axes[:, 0], series, lanes, strict=True)):
         start, stop, zoomed = windows[id(run)]
         ax.set_xlim(start * MS, stop * MS)
         if i + 1 < len(series) and series[i + 1][0] is run:
@@ -133,10 +145,7 @@ def timeline_figure(runs: Sequence[RunData]) -> Figure:
         else:
             what = f"{run.label}: time (ms" if multi else "time (ms"
             ax.set_xlabel(what + (f", {zoomed})" if zoomed else ")"))
-        pid = run.reference_point_id
-        steps = run.first_repeat("steps", arm, pid, STEP_COLUMNS)
         steps = steps[(steps["end_s"] >= start) & (steps["start_s"] <= stop)]
-        req = run.first_repeat("requests", arm, pid)
         inj = req[req["injected"].astype(bool) & req["first_token_s"].notna()
                   & (req["arrival_s"] <= stop) & (req["first_token_s"] >= start)]
         any_injected |= not inj.empty

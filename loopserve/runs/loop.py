@@ -17,7 +17,7 @@ from loopserve.errors import UserError
 from loopserve.plan import Plan, run_source
 from loopserve.plan.sweep import SweepPoint
 from loopserve.runs import interrupts
-from loopserve.stats.metrics import RunResult, summarize
+from loopserve.stats.metrics import RunResult, summarize_with_gaps
 from loopserve.targets import RunSpec, Target
 from loopserve.targets.sim import SimTarget
 from loopserve.workloads.base import StaticSource
@@ -82,8 +82,8 @@ def run_checked(plan: Plan, target: Target, point: SweepPoint, spec: RunSpec,
     if source is None:
         source = run_source(point.scenario, spec.seed, plan.shape)
     records = target.run(spec, source)
-    return RunResult(spec, records, check(records, spec.arm),
-                     summarize(records, plan.shape.num_depths))
+    metrics, itl_s = summarize_with_gaps(records, plan.shape.num_depths)
+    return RunResult(spec, records, check(records, spec.arm), metrics, itl_s)
 
 
 def execute(plan: Plan, *, progress: bool = True, record_steps: bool = True) -> list[RunResult]:

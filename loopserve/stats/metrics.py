@@ -25,7 +25,7 @@ own ITL/TPOT and the prompt-progress metrics of RFC §6 come from ``loopserve.st
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from operator import attrgetter
 from typing import TYPE_CHECKING, Any, NotRequired, TypedDict
 
@@ -35,7 +35,7 @@ import pandas as pd  # type: ignore[import-untyped]
 from engine.core.records import RunRecords
 from engine.core.results import TokenEvent
 from loopserve.stats import Distribution, distribution_ms
-from loopserve.stats.population import population_metrics
+from loopserve.stats.population import population_metrics, previous_rows, view
 from sim.cluster import cluster_info
 
 if TYPE_CHECKING:
@@ -95,6 +95,8 @@ class RunResult:
     records: RunRecords
     invalid_reasons: list[str]
     metrics: Metrics
+    # the run's inter-token gaps (s), as ``inter_token_latencies(records)``, when kept
+    itl_s: np.ndarray | None = field(default=None, repr=False, compare=False)
 
     @property
     def valid(self) -> bool:
@@ -108,20 +110,16 @@ def consecutive_tokens(records: RunRecords) -> list[tuple[TokenEvent, TokenEvent
     return [(toks.row(j), toks.row(k)) for k, j in enumerate(toks.previous()) if j >= 0]
 
 
-def inter_token_latencies(records: RunRecords) -> np.ndarray:
+def inter_token_latencies(records: RunRecords, prev: np.ndarray | None = None) -> np.ndarray:
     """Every gap (s) between consecutive tokens of the same request, pooled in the order the
     later token came (``TokenTable.gaps``, vectorised over the columns); ValueError when a
-    request's tokens are out of order."""
-    toks = records.tokens
-    request = np.frombuffer(toks.request, dtype=np.intc)
-    index = np.frombuffer(toks.index, dtype=np.intc)
-    time_s = np.frombuffer(toks.time_s, dtype=np.float64)
-    rows = np.argsort(request, kind="stable")  # each request's rows, in row order
-    same = request[rows[1:]] == request[rows[:-1]]
-    later, earlier = rows[1:][same], rows[:-1][same]
-    if not np.array_equal(index[later], index[earlier] + 1):
-        return np.array(toks.gaps(), dtype=np.float64)  # raises, naming the request
-    return (time_s[later] - time_s[earlier])[np.argsort(later, kind="stable")]
+    request's tokens are out of order. ``prev``: ``previous_rows(records.tokens)`` when the
+    caller has it."""
+    if prev is None:
+        prev = previous_rows(records.tokens)
+    later = np.flatnonzero(prev >= 0)
+    time_s = view(records.tokens.time_s)
+    return time_s[later] - time_s[prev[later]]
 
 
 def _num_depths(records: RunRecords) -> int | None:
@@ -135,6 +133,13 @@ def _num_depths(records: RunRecords) -> int | None:
 def summarize(records: RunRecords, num_depths: int | None = None) -> Metrics:
     """Metrics of one run. ``num_depths`` (D) scales prompt token-loops; when None it is read
     from the records (a first token always runs all D loops)."""
+    return summarize_with_gaps(records, num_depths)[0]
+
+
+def summarize_with_gaps(records: RunRecords,
+                        num_depths: int | None = None) -> tuple[Metrics, np.ndarray]:
+    """``summarize``, and the inter-token gaps its ITL is taken from
+    (``inter_token_latencies``)."""
     reqs = records.requests
     ttft = [r.first_token_s - r.arrival_s for r in reqs if r.first_token_s is not None]
     tpot = [
@@ -146,6 +151,8 @@ def summarize(records: RunRecords, num_depths: int | None = None) -> Metrics:
     finishes = [r.finish_s for r in reqs if r.finish_s is not None]
     span = max(finishes) - min(r.arrival_s for r in reqs) if finishes else 0.0
     depths = num_depths if num_depths is not None else _num_depths(records)
+    prev = previous_rows(records.tokens)
+    itl_s = inter_token_latencies(records, prev)
     out_tok_s: float | None = None
     loops_s: float | None = None
     if span > 0:
@@ -155,7 +162,7 @@ def summarize(records: RunRecords, num_depths: int | None = None) -> Metrics:
     out: Metrics = {
         "ttft_ms": distribution_ms(ttft),
         "tpot_ms": distribution_ms(tpot),
-        "itl_ms": distribution_ms(inter_token_latencies(records)),
+        "itl_ms": distribution_ms(itl_s),
         "e2el_ms": distribution_ms(e2el),
         "output_tok_s": out_tok_s,
         "prompt_token_loops_s": loops_s,
@@ -163,7 +170,7 @@ def summarize(records: RunRecords, num_depths: int | None = None) -> Metrics:
         "num_core_calls": records.num_core_calls,
         "num_mixed_core_calls": records.num_mixed_core_calls,
         "num_readbacks": int(sum(records.steps.num_readbacks)),
-        **population_metrics(records),  # type: ignore[typeddict-item]
+        **population_metrics(records, prev),  # type: ignore[typeddict-item]
     }
     pc = records.prefix_cache
     if pc is not None:
@@ -176,7 +183,7 @@ def summarize(records: RunRecords, num_depths: int | None = None) -> Metrics:
         from loopserve.stats.cluster_metrics import cluster_metrics
 
         out.update(cluster_metrics(records, info, out_tok_s, distribution_ms))  # type: ignore[typeddict-item]
-    return out
+    return out, itl_s
 
 
 def metric(row: Mapping[str, object] | None, key: str, sub: str | None = None) -> float | None:

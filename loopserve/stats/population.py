@@ -14,19 +14,44 @@
   tokens x its prompt item-depths / its prompt items, exact when its prompt items run the
   same number of depths (every step but a mixed ``prompt_shortcut`` one).
 
+The token columns are read as numpy arrays (``view``), each token's previous token of its
+request found once per run (``previous_rows``, ``TokenTable.previous`` vectorised).
 Percentiles are numpy's default linear interpolation; only finished requests count, as in
 ``loopserve.stats.metrics``.
 """
 
 from __future__ import annotations
 
+from array import array
 from collections.abc import Mapping
 from typing import Any, TypedDict
 
 import numpy as np
 
+from engine.core.columns import TokenTable
 from engine.core.records import RunRecords
 from loopserve.stats import distribution_ms
+
+
+def view(column: array[Any]) -> np.ndarray:
+    """A record column as numpy without a copy, in its own width (int8 .. int64, float64)."""
+    dtype = np.dtype(column.typecode)
+    return np.frombuffer(column, dtype=dtype) if len(column) else np.empty(0, dtype)
+
+
+def previous_rows(tokens: TokenTable) -> np.ndarray:
+    """Per row, the row of the same request's previous token (-1 for its first), as
+    ``TokenTable.previous``; ValueError (from it, naming the request) when a request's tokens
+    are out of order."""
+    request, index = view(tokens.request), view(tokens.index).astype(np.int64)
+    rows = np.argsort(request, kind="stable")  # each request's rows, in row order
+    same = request[rows[1:]] == request[rows[:-1]]
+    later, earlier = rows[1:][same], rows[:-1][same]
+    if not np.array_equal(index[later], index[earlier] + 1):
+        tokens.previous()  # raises, naming the first request out of order
+    prev = np.full(len(request), -1, dtype=np.int64)
+    prev[later] = earlier
+    return prev
 
 
 def itl_key(row: Mapping[str, Any]) -> str:
@@ -47,62 +72,65 @@ class PerGap(TypedDict):
 
 
 def _prompt_depths(records: RunRecords) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Per step: its end time, prompt item-depths and prompt token-loops."""
+    """Per step: its end time, prompt item-depths and prompt token-loops (0 without prompt
+    items)."""
     t = records.steps
-    words = t.strings.values
-    memo: dict[int, int] = {}
-    depths = np.zeros(len(t.end_s), dtype=np.float64)
-    loops = np.zeros(len(t.end_s), dtype=np.float64)
-    for i in range(len(t.end_s)):
-        n_prompt = t.num_prompt_items[i]
-        if n_prompt == 0:
-            continue
-        code = t.depths[i]
-        total = memo.get(code)
-        if total is None:
-            text = words[code]
-            total = memo[code] = sum(int(p.partition(":")[2]) for p in text.split(";") if p)
-        d = total - t.num_decode_items[i]  # a decode item runs one depth of its step
-        depths[i] = d
-        loops[i] = t.num_prompt_tokens[i] * d / n_prompt
-    return np.array(t.end_s, dtype=np.float64), depths, loops
+    n_prompt = view(t.num_prompt_items).astype(np.int64)
+    codes = view(t.depths).astype(np.int64)
+    work = n_prompt != 0
+    totals = np.zeros(len(t.strings.values), dtype=np.int64)
+    for code in np.unique(codes[work]).tolist():  # "depth:items;..." -> total item-depths
+        text = t.strings.values[code]
+        totals[code] = sum(int(p.partition(":")[2]) for p in text.split(";") if p)
+    # a decode item runs one depth of its step
+    d = (totals[codes] - view(t.num_decode_items))[work]
+    depths = np.zeros(len(codes), dtype=np.float64)
+    loops = np.zeros(len(codes), dtype=np.float64)
+    depths[work] = d
+    # int products, then one correctly rounded division: Python's int / int
+    loops[work] = (view(t.num_prompt_tokens)[work] * d).astype(np.float64) / n_prompt[work]
+    return view(t.end_s).astype(np.float64), depths, loops
 
 
-def _gaps_s(records: RunRecords, keep: set[str]) -> tuple[np.ndarray, np.ndarray]:
-    """Start and end times of every gap between consecutive tokens of a ``keep`` request."""
+def _gaps_s(records: RunRecords, keep: set[str],
+            prev: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Start and end times of every gap between consecutive tokens of a ``keep`` request;
+    ``prev``: ``previous_rows(records.tokens)``."""
     toks = records.tokens
-    prev = np.asarray(toks.previous(), dtype=np.int64)
     kept = np.fromiter((rid in keep for rid in toks.request_ids.values), dtype=bool,
                        count=len(toks.request_ids.values))
-    rows = np.flatnonzero((prev >= 0) & kept[np.asarray(toks.request, dtype=np.int64)])
-    time_s = np.asarray(toks.time_s, dtype=np.float64)
+    rows = np.flatnonzero((prev >= 0) & kept[view(toks.request)])
+    time_s = view(toks.time_s)
     return time_s[prev[rows]], time_s[rows]
 
 
-def _itl_tpot(records: RunRecords, keep: set[str]) -> tuple[Any, Any]:
-    starts, ends = _gaps_s(records, keep)
+def _itl_tpot(records: RunRecords, keep: set[str], prev: np.ndarray) -> tuple[Any, Any]:
+    starts, ends = _gaps_s(records, keep, prev)
     tpot = [(r.finish_s - r.first_token_s) / (r.output_tokens - 1) for r in records.requests
             if r.request_id in keep and r.output_tokens > 1 and r.first_token_s is not None
             and r.finish_s is not None]
     return distribution_ms(ends - starts), distribution_ms(tpot)
 
 
-def population_metrics(records: RunRecords) -> dict[str, Any]:
-    """The metrics above, keyed as summary.json carries them."""
+def population_metrics(records: RunRecords, prev: np.ndarray | None = None) -> dict[str, Any]:
+    """The metrics above, keyed as summary.json carries them; ``prev``:
+    ``previous_rows(records.tokens)`` when the caller has it."""
+    if prev is None:
+        prev = previous_rows(records.tokens)
     reqs = records.requests
     injected = {r.request_id for r in reqs if r.injected}
     population = {r.request_id for r in reqs if not r.injected}
     out: dict[str, Any] = {}
     if injected:
-        out["decode_itl_ms"], out["decode_tpot_ms"] = _itl_tpot(records, population)
-        out["injected_itl_ms"], out["injected_tpot_ms"] = _itl_tpot(records, injected)
+        out["decode_itl_ms"], out["decode_tpot_ms"] = _itl_tpot(records, population, prev)
+        out["injected_itl_ms"], out["injected_tpot_ms"] = _itl_tpot(records, injected, prev)
     end_s, depths, loops = _prompt_depths(records)
     work = depths[depths > 0]
     out["prompt_depths_per_step"] = DepthsPerStep(
         mean=float(work.mean()) if work.size else None,
         p50=float(np.percentile(work, 50)) if work.size else None,
         max=float(work.max()) if work.size else None)
-    starts, ends = _gaps_s(records, population or injected)
+    starts, ends = _gaps_s(records, population or injected, prev)
     per_gap: PerGap = {"p50": None, "p99": None}
     if ends.size:
         order = np.argsort(end_s, kind="stable")

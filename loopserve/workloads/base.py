@@ -126,6 +126,9 @@ def arrival_times(
     return [float(t) for t in times]
 
 
+# A sweep redraws the same prompts at every point (the lengths do not depend on the rate), and
+# planning draws them once more: a bounded memo of recent prompts (immutable tuples).
+@functools.lru_cache(maxsize=4096)
 def prompt_ids(seed: int, index: int, num_tokens: int, vocab_size: int) -> tuple[int, ...]:
     """Synthetic prompt token ids of request ``index``: its own seeded stream."""
     rng = np.random.default_rng([seed, _PROMPT_STREAM, index])

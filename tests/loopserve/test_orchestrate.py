@@ -15,6 +15,7 @@ from loopserve.plan import plan_runs
 from loopserve.plan.sweep import grid_values, reference_point, repeat_seed
 from loopserve.runs.loop import execute
 from loopserve.schema import load_scenario
+from loopserve.stats.metrics import inter_token_latencies
 from loopserve.stats.summary import build_summary, median_rows
 from tests.scenario_fixtures import tiny, write_scenario
 
@@ -110,6 +111,9 @@ def test_trace_caps_every_run_and_records_the_cap(tmp_path: Path) -> None:
     plan = plan_runs(scn, "sim")
     results = execute(plan, progress=False)
     assert len(select_runs(results, {0})) == 9
+    for r in results:  # the gaps kept for itl_quantiles are the records' own
+        assert r.itl_s is not None and r.itl_s.size
+        assert r.itl_s.tobytes() == inter_token_latencies(r.records).tobytes()
     events = trace_events(results, scn.arms, {0})
     steps = [e for e in events if e["ph"] == "X" and e.get("cat") != "ttft"]
     assert len(steps) == sum(len(r.records.steps) for r in results)
@@ -128,6 +132,12 @@ def test_trace_caps_every_run_and_records_the_cap(tmp_path: Path) -> None:
     first = path.read_bytes()
     write_trace(path, results, scn.arms, {0}, max_steps_per_run=5)
     assert path.read_bytes() == first  # no name or mtime in the gzip header
+    for cap in (5, 10_000):  # the file holds json.dumps' bytes of trace_events' document
+        write_trace(path, results, scn.arms, {0}, max_steps_per_run=cap)
+        text = gzip.decompress(path.read_bytes())
+        doc = {"traceEvents": trace_events(results, scn.arms, {0}, cap),
+               "displayTimeUnit": "ms", "otherData": json.loads(text)["otherData"]}
+        assert text == (json.dumps(doc, separators=(",", ":")) + "\n").encode()
 
 
 def test_unknown_target_is_a_user_error(tmp_path: Path) -> None:
