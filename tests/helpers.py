@@ -98,6 +98,9 @@ class ListSource:
     def on_token(self, event: TokenEvent) -> list[ArrivalSpec]:
         return list(self.triggers.get((event.request_id, event.index), []))
 
+    def triggers_on_tokens(self) -> bool:
+        return bool(self.triggers)
+
 
 def stage(intercept_s: float, grid: dict[str, object] | None = None,
           **coef: float) -> dict[str, object]:

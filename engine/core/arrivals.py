@@ -60,6 +60,7 @@ class ArrivalFeeder:
         # Time of the next timed arrival (inf when none is left): a field, as the drivers
         # read it before and after every step.
         self.next_due_s = self._due_s(0)
+        self.triggers_on_tokens = source.triggers_on_tokens()
 
     @property
     def exhausted(self) -> bool:
@@ -98,6 +99,8 @@ class ArrivalFeeder:
 
     def on_events(self, events: Iterable[TokenEvent]) -> None:
         """Submit arrivals the source triggers on these tokens, each at its token's time."""
+        if not self.triggers_on_tokens:
+            return
         for event in events:
             for spec in self.source.on_token(event):
                 self.submit(spec, event.time_s)

@@ -39,6 +39,10 @@ class ArrivalSource(Protocol):
     def on_token(self, event: TokenEvent) -> list[ArrivalSpec]:
         """Arrivals triggered by an output token; they arrive at ``event.time_s``."""
 
+    def triggers_on_tokens(self) -> bool:
+        """False when ``on_token`` never returns an arrival: the drivers then skip the call
+        for every token of the run."""
+
 
 @dataclass(frozen=True, slots=True)
 class RequestRecord:

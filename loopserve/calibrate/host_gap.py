@@ -61,6 +61,9 @@ class ClosedSource:
     def on_token(self, event: TokenEvent) -> list[ArrivalSpec]:
         return []
 
+    def triggers_on_tokens(self) -> bool:
+        return False
+
 
 def gap_workload(cfg: EngineConfig, *, decoders: int, prompt_tokens: int, output_tokens: int,
                  long_prompt: int, seed: int = 0) -> ClosedSource:

@@ -219,6 +219,9 @@ class StaticSource:
             return []
         return list(self.triggers.get((event.request_id, event.index), ()))
 
+    def triggers_on_tokens(self) -> bool:
+        return bool(self.triggers)
+
     def all_specs(self) -> list[ArrivalSpec]:
         """Every request the source can submit, timed first."""
         return [*self.timed, *(s for specs in self.triggers.values() for s in specs)]

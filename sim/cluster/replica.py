@@ -60,6 +60,9 @@ class Forward:
             self.run.route(spec, event.time_s)
         return []
 
+    def triggers_on_tokens(self) -> bool:
+        return self.run.source.triggers_on_tokens()
+
 
 @dataclasses.dataclass(eq=False)
 class Handoff:

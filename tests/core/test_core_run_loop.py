@@ -92,3 +92,32 @@ def test_without_a_source_record_keeps_records_and_finished_requests() -> None:
     assert len(rec.steps) > 0 and [t.request_id for t in rec.tokens] == ["a"]
     assert [r.request_id for r in loop.take_finished()] == ["a"]
     assert len(rec.requests) == 2  # each finished request recorded once
+
+
+class _CountingSource(ListSource):
+    """Counts ``on_token`` calls; says it triggers on tokens as told."""
+
+    def __init__(self, timed: list[ArrivalSpec], triggers: bool) -> None:
+        super().__init__(timed)
+        self.triggers_told = triggers
+        self.num_calls = 0
+
+    def on_token(self, event):  # type: ignore[no-untyped-def]
+        self.num_calls += 1
+        return super().on_token(event)
+
+    def triggers_on_tokens(self) -> bool:
+        return self.triggers_told
+
+
+def test_a_source_that_triggers_nothing_is_not_asked_per_token() -> None:
+    runs = {}
+    for triggers in (False, True):
+        source = _CountingSource(
+            [ArrivalSpec("a", (1, 2, 3), SamplingParams(max_tokens=3), 0.0)], triggers)
+        loop = StepLoop(EngineCore(make_config("mixed")), source)
+        _run(loop, SeededExecutor())
+        assert loop.recorder is not None
+        runs[triggers] = (source.num_calls, list(loop.recorder.records.tokens))
+    assert runs[False][0] == 0 and runs[True][0] == 3  # one call per token when it may trigger
+    assert runs[False][1] == runs[True][1]

@@ -155,6 +155,9 @@ def test_a_run_that_raises_still_unfreezes_and_a_callers_freeze_is_kept() -> Non
         def on_token(self, event):  # type: ignore[no-untyped-def]
             raise RuntimeError("source broke")
 
+        def triggers_on_tokens(self) -> bool:
+            return True
+
     gc.unfreeze()  # whatever an earlier test left frozen: this case needs a clean start
     with pytest.raises(RuntimeError, match="source broke"):
         run_realtime(cfg, Raising([_spec("a", [1, 2, 3], 0.0)]), runner)

@@ -296,6 +296,9 @@ def test_the_simulator_prices_each_step_after_the_one_before_it() -> None:
         def on_token(self, event: object) -> list[ArrivalSpec]:
             return []
 
+        def triggers_on_tokens(self) -> bool:
+            return False
+
     cfg = make_config("per_depth", max_num_seqs=3, max_num_batched_tokens=16,
                       prefill_chunk_size=8)
     rec = simulate(cfg, Source(), CalibratedCost(data))
