@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from array import array
 from collections.abc import Iterable
+from typing import Final
 
 from engine.core.batch import Batch
 from engine.core.results import (
@@ -29,15 +30,15 @@ from engine.core.row_table import (
     RowTable,
     Strings,
     byte_code,
+    field_byte,
     field_bytes,
-    low_bytes,
     row_position,
 )
 from engine.core.token_table import TokenTable
 
 __all__ = ["RowTable", "StepTable", "Strings", "TokenTable"]
 
-_ROW = 9  # fields of a pending row: kind, core_calls .. max_prompt_items_per_request
+_ROW: Final = 9  # fields of a pending row: kind, core_calls .. max_prompt_items_per_request
 _MIXED = bytes(1 if k == STEP_KINDS.index("mixed") else 0 for k in range(256))
 
 
@@ -77,6 +78,7 @@ class StepTable(RowTable):
         # The depths code by item count per depth, counted into one list kept between steps.
         self._depth_codes: dict[tuple[int, ...], int] = {}
         self._counts: list[int] = []
+        self._no_depths = -1  # the code of "", once seen
 
     @staticmethod
     def of(rows: Iterable[StepRecord]) -> StepTable:
@@ -96,31 +98,33 @@ class StepTable(RowTable):
         self._p_step.append(batch.step)
         self._start_s.add(start_s)
         self._end_s.add(end_s)
-        self._p_rows.extend((
+        self._p_rows.fromlist([  # one resize, no iterator: cheaper than extend
             kind, batch.num_core_calls, batch.num_decode_items, batch.num_prompt_items,
             batch.num_prompt_tokens, batch.num_fused_prelude_items, depths,
             rfc_readbacks(batch) if num_readbacks is None else num_readbacks,
             max_prompt_items_per_request(batch),
-        ))
+        ])
 
     def _depths_code(self, batch: Batch) -> int:
-        """The code of ``depths_text(batch.depth_counts())`` ("" for PRELUDE and CODA),
-        memoised by the item count per depth."""
+        """The code of ``depths_text(batch.depth_counts())``, "" for a step without core calls
+        (PRELUDE, CODA), memoised by the item count per depth."""
+        if not batch.num_core_calls:
+            if self._no_depths < 0:
+                self._no_depths = self.strings.code("")
+            return self._no_depths
         counts = self._counts
-        if batch.num_core_calls:
-            for it in batch.items:
-                end = it.depth + it.num_depths
-                while end > len(counts):
-                    counts.append(0)
-                for d in range(it.depth, end):
-                    counts[d] += 1
+        for it in batch.items:
+            end = it.depth + it.num_depths
+            while end > len(counts):
+                counts.append(0)
+            for d in range(it.depth, end):
+                counts[d] += 1
         key = tuple(counts)
         for d in range(len(counts)):
             counts[d] = 0
         code = self._depth_codes.get(key)
         if code is None:
-            text = depths_text(batch.depth_counts()) if batch.num_core_calls else ""
-            code = self._depth_codes[key] = self.strings.code(text)
+            code = self._depth_codes[key] = self.strings.code(depths_text(batch.depth_counts()))
         return code
 
     def _flush(self) -> None:
@@ -132,7 +136,7 @@ class StepTable(RowTable):
         self._step.frombytes(memoryview(self._p_step).cast("B"))  # 'Q' as 'q'
         del self._p_step[:]
         rows = self._p_rows
-        kinds = low_bytes(rows, 0, _ROW)
+        kinds = field_byte(rows, 0, _ROW)
         self._stage.frombytes(kinds.translate(_translation(self._stage_codes)))
         self._kind.frombytes(kinds.translate(_translation(self._kind_codes)))
         self._mixed.frombytes(kinds.translate(_MIXED))

@@ -2,10 +2,10 @@
 row-sequence base class, and the pending columns' helpers.
 
 A table records each step's and token's integer fields as one row of an unsigned 'I'
-``array`` (one ``extend`` per row, whose values take CPython's fast path), its floats in
+``array`` (one ``fromlist`` per row, whose values take CPython's fast path), its floats in
 ``Floats``: the public columns' typecodes ('i', 'b', 'q', 'd') parse every appended value
 with ``PyArg_Parse``. Before any read of a column the pending rows move into the public
-columns in bulk, field by field (``field_bytes``, ``low_bytes``: strided copies, the same
+columns in bulk, field by field (``field_bytes``, ``field_byte``: strided copies, the same
 bytes for the 'i' columns as every recorded count, code and id is non-negative). A public
 column therefore holds every row whenever it is read.
 """
@@ -16,11 +16,12 @@ import struct
 import sys
 from array import array
 from collections.abc import Iterable, Iterator
-from typing import Any
+from typing import Any, Final
 
-FLOAT_CHUNK = 256  # floats gathered before ``Floats`` packs them into its column
-_PACK_CHUNK = struct.Struct(f"{FLOAT_CHUNK}d")
-_LOW_BYTE = 0 if sys.byteorder == "little" else 3  # of a 4-byte 'I' item
+# Final: compiled, a plain module constant is a dict lookup at every use.
+FLOAT_CHUNK: Final = 64  # floats gathered before ``Floats`` packs them into its column
+_PACK_CHUNK: Final = struct.Struct(f"{FLOAT_CHUNK}d")
+_LITTLE = sys.byteorder == "little"
 
 
 class Strings:
@@ -121,9 +122,10 @@ def field_bytes(rows: array[int], field: int, width: int) -> memoryview:
     return memoryview(rows[field::width]).cast("B")
 
 
-def low_bytes(rows: array[int], field: int, width: int) -> bytes:
-    """The low byte of field ``field`` of every row (a value below 256), one byte a row."""
-    return memoryview(rows).cast("B")[4 * field + _LOW_BYTE::4 * width].tobytes()
+def field_byte(rows: array[int], field: int, width: int, byte: int = 0) -> bytes:
+    """Byte ``byte`` (0: the lowest) of field ``field`` of every row, one byte a row."""
+    offset = 4 * field + (byte if _LITTLE else 3 - byte)
+    return memoryview(rows).cast("B")[offset::4 * width].tobytes()
 
 
 def byte_code(code: int) -> int:

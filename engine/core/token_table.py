@@ -4,19 +4,19 @@ from __future__ import annotations
 
 from array import array
 from collections.abc import Iterable
+from typing import Final
 
 from engine.core.results import TokenEvent
 from engine.core.row_table import (
     Floats,
     RowTable,
     Strings,
+    field_byte,
     field_bytes,
-    low_bytes,
     row_position,
 )
 
-_ROW = 5  # fields of a pending row
-# A pending token's status is ``finished | (finish reason code + 1) << 1``.
+_ROW: Final = 4  # fields of a pending row
 _FINISHED = bytes(v & 1 for v in range(256))
 _REASON = bytes(((v >> 1) - 1) & 0xFF for v in range(256))  # no reason: 0xFF, -1 as 'b'
 
@@ -37,7 +37,8 @@ class TokenTable(RowTable):
         self._finished = array("b")
         self._finish_reason = array("b")
         # Rows not yet in the columns above (engine.core.row_table): request code, index,
-        # token id, exit depth and status (``finished | (finish reason code + 1) << 1``).
+        # token id, and the exit depth in the low byte of a field whose second byte is the
+        # status, ``finished | (finish reason code + 1) << 1``.
         self._p_rows = array("I")
 
     @staticmethod
@@ -63,7 +64,7 @@ class TokenTable(RowTable):
             status = 0 if reason is None else (self.reasons.code(reason) + 1) << 1
             if e.finished:
                 status |= 1
-            pending.extend((code, e.index, e.token_id, e.exit_depth, status))
+            pending.fromlist([code, e.index, e.token_id, e.exit_depth | status << 8])
 
     def _flush(self) -> None:
         """Move the pending rows into the public columns."""
@@ -74,8 +75,8 @@ class TokenTable(RowTable):
         self._request.frombytes(field_bytes(pending, 0, _ROW))
         self._index.frombytes(field_bytes(pending, 1, _ROW))
         self._token_id.frombytes(field_bytes(pending, 2, _ROW))
-        self._exit_depth.frombytes(low_bytes(pending, 3, _ROW))
-        status = low_bytes(pending, 4, _ROW)
+        self._exit_depth.frombytes(field_byte(pending, 3, _ROW))
+        status = field_byte(pending, 3, _ROW, 1)
         self._finished.frombytes(status.translate(_FINISHED))
         self._finish_reason.frombytes(status.translate(_REASON))
         del pending[:]
