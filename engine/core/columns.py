@@ -118,7 +118,7 @@ class StepTable(RowTable):
             while end > len(counts):
                 counts.append(0)
             for d in range(it.depth, end):
-                counts[d] += 1
+                counts[d] = counts[d] + 1  # compiled, += on a list item is a generic call
         key = tuple(counts)
         for d in range(len(counts)):
             counts[d] = 0
