@@ -33,12 +33,15 @@ from engine.core.row_table import (
     field_byte,
     field_bytes,
     row_position,
+    wide_field_bytes,
 )
 from engine.core.token_table import TokenTable
 
 __all__ = ["RowTable", "StepTable", "Strings", "TokenTable"]
 
-_ROW: Final = 9  # fields of a pending row: kind, core_calls .. max_prompt_items_per_request
+# Fields of a pending row: the step's low and high 32 bits, the kind, core_calls ..
+# max_prompt_items_per_request.
+_ROW: Final = 11
 _MIXED = bytes(1 if k == STEP_KINDS.index("mixed") else 0 for k in range(256))
 
 
@@ -67,10 +70,9 @@ class StepTable(RowTable):
         self._mixed = array("b")
         self._num_readbacks = array("i")
         self._max_prompt_items_per_request = array("i")
-        # Rows from add_batch not yet in the columns above (engine.core.row_table): the
-        # step, and the _ROW fields, the kind as its index in STEP_KINDS (which gives the
-        # stage, kind and mixed columns).
-        self._p_step = array("Q")
+        # Rows from add_batch not yet in the columns above (engine.core.row_table), _ROW
+        # fields each; the kind as its index in STEP_KINDS, which gives the stage, kind
+        # and mixed columns.
         self._p_rows = array("I")
         # Per step kind (``STEP_KINDS``' order), its stage's and its own code; -1 until seen.
         self._stage_codes = [-1] * len(STEP_KINDS)
@@ -95,12 +97,13 @@ class StepTable(RowTable):
             self._stage_codes[kind] = byte_code(self.strings.code(STEP_KIND_STAGES[kind]))
             self._kind_codes[kind] = byte_code(self.strings.code(STEP_KINDS[kind]))
         depths = self._depths_code(batch)
-        self._p_step.append(batch.step)
         self._start_s.add(start_s)
         self._end_s.add(end_s)
+        step = batch.step
         self._p_rows.fromlist([  # one resize, no iterator: cheaper than extend
-            kind, batch.num_core_calls, batch.num_decode_items, batch.num_prompt_items,
-            batch.num_prompt_tokens, batch.num_fused_prelude_items, depths,
+            step & 0xFFFFFFFF, step >> 32, kind, batch.num_core_calls,
+            batch.num_decode_items, batch.num_prompt_items, batch.num_prompt_tokens,
+            batch.num_fused_prelude_items, depths,
             rfc_readbacks(batch) if num_readbacks is None else num_readbacks,
             max_prompt_items_per_request(batch),
         ])
@@ -131,19 +134,18 @@ class StepTable(RowTable):
         """Move the pending rows into the public columns."""
         self._start_s.flush()
         self._end_s.flush()
-        if not self._p_step:
-            return
-        self._step.frombytes(memoryview(self._p_step).cast("B"))  # 'Q' as 'q'
-        del self._p_step[:]
         rows = self._p_rows
-        kinds = field_byte(rows, 0, _ROW)
+        if not rows:
+            return
+        self._step.frombytes(wide_field_bytes(rows, 0, _ROW))
+        kinds = field_byte(rows, 2, _ROW)
         self._stage.frombytes(kinds.translate(_translation(self._stage_codes)))
         self._kind.frombytes(kinds.translate(_translation(self._kind_codes)))
         self._mixed.frombytes(kinds.translate(_MIXED))
         for field, column in enumerate((
                 self._core_calls, self._num_decode_items, self._num_prompt_items,
                 self._num_prompt_tokens, self._num_fused_prelude_items, self._depths,
-                self._num_readbacks, self._max_prompt_items_per_request), 1):
+                self._num_readbacks, self._max_prompt_items_per_request), 3):
             column.frombytes(field_bytes(rows, field, _ROW))
         del rows[:]
 
@@ -166,7 +168,7 @@ class StepTable(RowTable):
         self._max_prompt_items_per_request.append(r.max_prompt_items_per_request)
 
     def __len__(self) -> int:
-        return len(self._step) + len(self._p_step)
+        return len(self._step) + len(self._p_rows) // _ROW
 
     def row(self, i: int) -> StepRecord:
         """Row ``i`` (negative counts from the end) as a ``StepRecord``."""

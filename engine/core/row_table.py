@@ -122,6 +122,17 @@ def field_bytes(rows: array[int], field: int, width: int) -> memoryview:
     return memoryview(rows[field::width]).cast("B")
 
 
+def wide_field_bytes(rows: array[int], field: int, width: int) -> bytes:
+    """Fields ``field`` (the low 32 bits) and ``field + 1`` (the high) of every row, joined
+    into the bytes of a 'q' column."""
+    words = array("I", bytes(8 * (len(rows) // width)))
+    low = 0 if _LITTLE else 1
+    view = memoryview(words)
+    view[low::2] = memoryview(rows)[field::width]
+    view[1 - low::2] = memoryview(rows)[field + 1::width]
+    return words.tobytes()
+
+
 def field_byte(rows: array[int], field: int, width: int, byte: int = 0) -> bytes:
     """Byte ``byte`` (0: the lowest) of field ``field`` of every row, one byte a row."""
     offset = 4 * field + (byte if _LITTLE else 3 - byte)

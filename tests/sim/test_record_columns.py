@@ -13,6 +13,7 @@ from engine.core import EngineCore, ExitConfig, SamplingParams
 from engine.core.batch import Batch
 from engine.core.columns import StepTable, TokenTable
 from engine.core.records import RunRecorder
+from engine.core.request import Stage
 from engine.core.results import StepRecord, TokenEvent
 from engine.core.row_table import FLOAT_CHUNK
 from engine.core.seeded_executor import SeededExecutor
@@ -119,3 +120,13 @@ def test_recorded_columns_equal_the_reference_rows(arm: str, shortcut: bool,
         assert getattr(tokens, name) == column, name
     assert (tokens.request_ids.values, tokens.reasons.values) == (ids, reasons)
     assert list(tokens) == events and tokens == TokenTable.of(events)
+
+
+def test_step_numbers_past_32_bits_keep_their_value() -> None:
+    batches = [Batch(2**40 + 3, Stage.PRELUDE, ()), Batch(7, Stage.CODA, ()),
+               Batch(2**63 - 1, Stage.PRELUDE, ())]
+    table = StepTable()
+    for b in batches:
+        table.add_batch(b, 0.5, 1.5)
+    assert table.step == array("q", [b.step for b in batches])
+    assert list(table) == [StepRecord.from_batch(b, 0.5, 1.5) for b in batches]
