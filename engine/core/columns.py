@@ -26,6 +26,7 @@ from engine.core.results import (
     step_kind_index,
 )
 from engine.core.row_table import (
+    FLUSH_ROWS,
     Floats,
     RowTable,
     Strings,
@@ -107,6 +108,8 @@ class StepTable(RowTable):
             rfc_readbacks(batch) if num_readbacks is None else num_readbacks,
             max_prompt_items_per_request(batch),
         ])
+        if len(self._p_rows) >= FLUSH_ROWS * _ROW:
+            self._flush()
 
     def _depths_code(self, batch: Batch) -> int:
         """The code of ``depths_text(batch.depth_counts())``, "" for a step without core calls

@@ -4,10 +4,11 @@ row-sequence base class, and the pending columns' helpers.
 A table records each step's and token's integer fields as one row of an unsigned 'I'
 ``array`` (one ``fromlist`` per row, whose values take CPython's fast path), its floats in
 ``Floats``: the public columns' typecodes ('i', 'b', 'q', 'd') parse every appended value
-with ``PyArg_Parse``. Before any read of a column the pending rows move into the public
-columns in bulk, field by field (``field_bytes``, ``field_byte``: strided copies, the same
-bytes for the 'i' columns as every recorded count, code and id is non-negative). A public
-column therefore holds every row whenever it is read.
+with ``PyArg_Parse``. Every ``FLUSH_ROWS`` rows, and before any read of a column, the
+pending rows move into the public columns in bulk, field by field (``field_bytes``,
+``field_byte``: strided copies, the same bytes for the 'i' columns as every recorded count,
+code and id is non-negative). A public column therefore holds every row whenever it is
+read, and the pending rows never hold more than ``FLUSH_ROWS``.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from collections.abc import Iterable, Iterator
 from typing import Any, Final
 
 # Final: compiled, a plain module constant is a dict lookup at every use.
+FLUSH_ROWS: Final = 4096  # pending rows a table holds at most: a read moves no more
 FLOAT_CHUNK: Final = 64  # floats gathered before ``Floats`` packs them into its column
 _PACK_CHUNK: Final = struct.Struct(f"{FLOAT_CHUNK}d")
 _LITTLE = sys.byteorder == "little"

@@ -8,6 +8,7 @@ from typing import Final
 
 from engine.core.results import TokenEvent
 from engine.core.row_table import (
+    FLUSH_ROWS,
     Floats,
     RowTable,
     Strings,
@@ -65,6 +66,8 @@ class TokenTable(RowTable):
             if e.finished:
                 status |= 1
             pending.fromlist([code, e.index, e.token_id, e.exit_depth | status << 8])
+        if len(pending) >= FLUSH_ROWS * _ROW:
+            self._flush()
 
     def _flush(self) -> None:
         """Move the pending rows into the public columns."""
