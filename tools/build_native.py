@@ -40,7 +40,8 @@ from engine._native import (  # noqa: E402
 MODULES = tuple(f"engine.core.{m}" for m in (
     "admission", "arrivals", "batch", "block_manager", "columns", "engine_core", "exits",
     "kv_allocation", "policies", "prefix_cache", "prompt_state", "records", "request",
-    "results", "run_loop", "scheduler", "seeded_executor", "stable_seeds", "wavefront",
+    "results", "row_table", "run_loop", "scheduler", "seeded_executor", "stable_seeds",
+    "token_table", "wavefront",
 )) + ("sim.driver", "sim.exit_model", "sim.step_clock", "sim.cost.base",
      "sim.cost.roofline", "sim.cost.features", "sim.cost.linear_fit", "sim.cluster.replica")
 

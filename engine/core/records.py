@@ -15,7 +15,7 @@ from engine.core.batch import Batch
 from engine.core.columns import StepTable, TokenTable
 from engine.core.prefix_cache import PrefixCacheStats
 from engine.core.request import Request, SamplingParams
-from engine.core.results import StepRecord, TokenEvent, depths_text
+from engine.core.results import StepRecord, TokenEvent
 
 
 @dataclass(frozen=True, slots=True)
@@ -115,55 +115,37 @@ class RunRecords:
 class RunRecorder:
     """Collects records; drivers call it around every step and on every finish.
 
-    ``step`` writes ``StepRecord.from_batch``'s row with the depth strings memoised by count
-    (a test compares them with the unmemoised rows on every arm): it runs once per step.
-    With ``record_steps`` off (a run judged on its latencies alone, whose step rows nobody
-    reads) it only counts the core calls and mixed ones; tokens and requests are the same.
+    ``step`` writes ``StepRecord.from_batch``'s row (``StepTable.add_batch``, which a test
+    compares with it on every arm): it runs once per step. With ``record_steps`` off (a run
+    judged on its latencies alone, whose step rows nobody reads) it only counts the core
+    calls and mixed ones; tokens and requests are the same.
     """
 
     def __init__(self, record_batches: bool = False, record_steps: bool = True) -> None:
         self.records = RunRecords()
         self.record_batches = record_batches
         self.record_steps = record_steps
-        self._depth_strings: dict[tuple[int, ...], str] = {}
-        self._counts: list[int] = []
         self._injected: set[str] = set()
 
     def submitted(self, spec: ArrivalSpec) -> None:
         if spec.injected:
             self._injected.add(spec.request_id)
 
-    def _depths(self, batch: Batch) -> str:
-        # Memoised by the item count per depth, counted into one list kept between steps.
-        counts = self._counts
-        for it in batch.items:
-            end = it.depth + it.num_depths
-            while end > len(counts):
-                counts.append(0)
-            for d in range(it.depth, end):
-                counts[d] += 1
-        key = tuple(counts)
-        for d in range(len(counts)):
-            counts[d] = 0
-        text = self._depth_strings.get(key)
-        if text is None:
-            text = self._depth_strings[key] = depths_text(batch.depth_counts())
-        return text
-
     def step(
         self, batch: Batch, start_s: float, end_s: float, events: Iterable[TokenEvent],
         num_readbacks: int | None = None,
     ) -> None:
+        records = self.records
         if self.record_steps:
-            depths = self._depths(batch) if batch.num_core_calls else ""  # PRELUDE, CODA
-            self.records.steps.add_batch(batch, start_s, end_s, depths, num_readbacks)
+            records.steps.add_batch(batch, start_s, end_s, num_readbacks)
         else:
-            self.records.unrecorded_core_calls += batch.num_core_calls
+            records.unrecorded_core_calls += batch.num_core_calls
             if batch.is_mixed:
-                self.records.unrecorded_mixed_core_calls += 1
-        self.records.tokens.extend(events)
+                records.unrecorded_mixed_core_calls += 1
+        if events:
+            records.tokens.extend(events)
         if self.record_batches:
-            self.records.batches.append(batch_signature(batch))
+            records.batches.append(batch_signature(batch))
 
     def finished(self, requests: Iterable[Request]) -> None:
         for r in requests:
