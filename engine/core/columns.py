@@ -27,6 +27,7 @@ from engine.core.results import (
 )
 from engine.core.row_table import (
     FLUSH_ROWS,
+    MAX_INT32,
     Floats,
     RowTable,
     Strings,
@@ -101,12 +102,18 @@ class StepTable(RowTable):
         self._start_s.add(start_s)
         self._end_s.add(end_s)
         step = batch.step
+        readbacks = rfc_readbacks(batch) if num_readbacks is None else num_readbacks
+        most = max_prompt_items_per_request(batch)
+        # The 'i' columns take the pending fields' bytes as they are: a count past their
+        # range is refused here, as their own append would (a negative one by ``fromlist``).
+        if (batch.num_core_calls | batch.num_decode_items | batch.num_prompt_items
+                | batch.num_prompt_tokens | batch.num_fused_prelude_items | readbacks
+                | most) > MAX_INT32:
+            raise OverflowError(f"step {step}: a count exceeds the step table's int32 columns")
         self._p_rows.fromlist([  # one resize, no iterator: cheaper than extend
             step & 0xFFFFFFFF, step >> 32, kind, batch.num_core_calls,
             batch.num_decode_items, batch.num_prompt_items, batch.num_prompt_tokens,
-            batch.num_fused_prelude_items, depths,
-            rfc_readbacks(batch) if num_readbacks is None else num_readbacks,
-            max_prompt_items_per_request(batch),
+            batch.num_fused_prelude_items, depths, readbacks, most,
         ])
         if len(self._p_rows) >= FLUSH_ROWS * _ROW:
             self._flush()

@@ -21,6 +21,7 @@ from typing import Any, Final
 
 # Final: compiled, a plain module constant is a dict lookup at every use.
 FLUSH_ROWS: Final = 4096  # pending rows a table holds at most: a read moves no more
+MAX_INT32: Final = 0x7FFFFFFF  # the largest value of an 'i' column
 FLOAT_CHUNK: Final = 64  # floats gathered before ``Floats`` packs them into its column
 _PACK_CHUNK: Final = struct.Struct(f"{FLOAT_CHUNK}d")
 _LITTLE = sys.byteorder == "little"

@@ -9,6 +9,7 @@ from typing import Final
 from engine.core.results import TokenEvent
 from engine.core.row_table import (
     FLUSH_ROWS,
+    MAX_INT32,
     Floats,
     RowTable,
     Strings,
@@ -65,7 +66,13 @@ class TokenTable(RowTable):
             status = 0 if reason is None else (self.reasons.code(reason) + 1) << 1
             if e.finished:
                 status |= 1
-            pending.fromlist([code, e.index, e.token_id, e.exit_depth | status << 8])
+            depth = e.exit_depth
+            # The columns take the pending bytes as they are: what their own append would
+            # refuse (an int32 past its range, an exit depth past a signed byte) is refused.
+            if (code | e.index | e.token_id) > MAX_INT32 or not 0 <= depth <= 127:
+                raise OverflowError(f"token {e.index} of {e.request_id}: a field exceeds the "
+                                    "token table's columns")
+            pending.fromlist([code, e.index, e.token_id, depth | status << 8])
         if len(pending) >= FLUSH_ROWS * _ROW:
             self._flush()
 

@@ -130,3 +130,18 @@ def test_step_numbers_past_32_bits_keep_their_value() -> None:
         table.add_batch(b, 0.5, 1.5)
     assert table.step == array("q", [b.step for b in batches])
     assert list(table) == [StepRecord.from_batch(b, 0.5, 1.5) for b in batches]
+
+
+def test_values_past_the_columns_range_are_refused_not_wrapped() -> None:
+    table = StepTable()
+    with pytest.raises(OverflowError, match="step 5"):
+        table.add_batch(Batch(5, Stage.PRELUDE, ()), 0.0, 1.0, num_readbacks=2**31)
+    table.add_batch(Batch(6, Stage.PRELUDE, ()), 0.0, 1.0, num_readbacks=2**31 - 1)
+    assert list(table.num_readbacks) == [2**31 - 1]
+    tokens = TokenTable()
+    for bad in (TokenEvent("r", 0, 0.0, 2**31, 4), TokenEvent("r", 2**31, 0.0, 1, 4),
+                TokenEvent("r", 0, 0.0, 1, 128)):
+        with pytest.raises(OverflowError, match="of r"):
+            tokens.append(bad)
+    tokens.append(TokenEvent("r", 0, 0.0, 2**31 - 1, 127, True, "stop"))
+    assert list(tokens) == [TokenEvent("r", 0, 0.0, 2**31 - 1, 127, True, "stop")]
