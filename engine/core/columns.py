@@ -99,22 +99,23 @@ class StepTable(RowTable):
             self._stage_codes[kind] = byte_code(self.strings.code(STEP_KIND_STAGES[kind]))
             self._kind_codes[kind] = byte_code(self.strings.code(STEP_KINDS[kind]))
         depths = self._depths_code(batch)
-        self._start_s.add(start_s)
-        self._end_s.add(end_s)
         step = batch.step
         readbacks = rfc_readbacks(batch) if num_readbacks is None else num_readbacks
         most = max_prompt_items_per_request(batch)
-        # The 'i' columns take the pending fields' bytes as they are: a count past their
-        # range is refused here, as their own append would (a negative one by ``fromlist``).
+        # The 'i' and 'q' columns take the pending fields' bytes as they are: a value past
+        # their range is refused here, as their own append would (a negative count by
+        # ``fromlist``, which then adds nothing), before any column of the row grows.
         if (batch.num_core_calls | batch.num_decode_items | batch.num_prompt_items
                 | batch.num_prompt_tokens | batch.num_fused_prelude_items | readbacks
-                | most) > MAX_INT32:
-            raise OverflowError(f"step {step}: a count exceeds the step table's int32 columns")
+                | most) > MAX_INT32 or step >> 63:
+            raise OverflowError(f"step {step}: a value exceeds the step table's columns")
         self._p_rows.fromlist([  # one resize, no iterator: cheaper than extend
             step & 0xFFFFFFFF, step >> 32, kind, batch.num_core_calls,
             batch.num_decode_items, batch.num_prompt_items, batch.num_prompt_tokens,
             batch.num_fused_prelude_items, depths, readbacks, most,
         ])
+        self._start_s.add(start_s)
+        self._end_s.add(end_s)
         if len(self._p_rows) >= FLUSH_ROWS * _ROW:
             self._flush()
 

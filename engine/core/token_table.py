@@ -61,18 +61,19 @@ class TokenTable(RowTable):
             code = code_of.get(e.request_id)
             if code is None:
                 code = request_ids.code(e.request_id)
-            time_s.add(e.time_s)
             reason = e.finish_reason
             status = 0 if reason is None else (self.reasons.code(reason) + 1) << 1
             if e.finished:
                 status |= 1
             depth = e.exit_depth
             # The columns take the pending bytes as they are: what their own append would
-            # refuse (an int32 past its range, an exit depth past a signed byte) is refused.
+            # refuse (an int32 past its range, an exit depth past a signed byte) is refused
+            # (a negative id by ``fromlist``, which then adds nothing) before the time is added.
             if (code | e.index | e.token_id) > MAX_INT32 or not 0 <= depth <= 127:
                 raise OverflowError(f"token {e.index} of {e.request_id}: a field exceeds the "
                                     "token table's columns")
             pending.fromlist([code, e.index, e.token_id, depth | status << 8])
+            time_s.add(e.time_s)
         if len(pending) >= FLUSH_ROWS * _ROW:
             self._flush()
 

@@ -136,12 +136,20 @@ def test_values_past_the_columns_range_are_refused_not_wrapped() -> None:
     table = StepTable()
     with pytest.raises(OverflowError, match="step 5"):
         table.add_batch(Batch(5, Stage.PRELUDE, ()), 0.0, 1.0, num_readbacks=2**31)
+    with pytest.raises(OverflowError):
+        table.add_batch(Batch(7, Stage.PRELUDE, ()), 0.0, 1.0, num_readbacks=-1)
+    with pytest.raises(OverflowError, match="step 9223372036854775808"):
+        table.add_batch(Batch(2**63, Stage.PRELUDE, ()), 0.0, 1.0)
     table.add_batch(Batch(6, Stage.PRELUDE, ()), 0.0, 1.0, num_readbacks=2**31 - 1)
     assert list(table.num_readbacks) == [2**31 - 1]
+    assert len(table) == len(table.start_s) == len(table.end_s) == 1  # refused rows add nothing
     tokens = TokenTable()
     for bad in (TokenEvent("r", 0, 0.0, 2**31, 4), TokenEvent("r", 2**31, 0.0, 1, 4),
                 TokenEvent("r", 0, 0.0, 1, 128)):
         with pytest.raises(OverflowError, match="of r"):
             tokens.append(bad)
+    with pytest.raises(OverflowError):
+        tokens.append(TokenEvent("r", 0, 0.0, -1, 4))
     tokens.append(TokenEvent("r", 0, 0.0, 2**31 - 1, 127, True, "stop"))
     assert list(tokens) == [TokenEvent("r", 0, 0.0, 2**31 - 1, 127, True, "stop")]
+    assert len(tokens) == len(tokens.time_s) == 1
