@@ -9,17 +9,13 @@ from array import array
 
 import pytest
 
-from engine.core import EngineCore, ExitConfig, SamplingParams
 from engine.core.batch import Batch
 from engine.core.columns import StepTable, TokenTable
 from engine.core.records import RunRecorder
 from engine.core.request import Stage
 from engine.core.results import StepRecord, TokenEvent
 from engine.core.row_table import FLOAT_CHUNK
-from engine.core.seeded_executor import SeededExecutor
-from engine.core.shapes import TINY
-from sim.exit_model import make_signal_fn
-from tests.helpers import drive, make_config
+from tests.sim.test_sim_fast_paths import drive_every_stage
 
 STEP_COLUMNS = {  # column: (typecode, StepRecord field); stage, kind, depths are codes
     "step": "q", "start_s": "d", "end_s": "d", "stage": "b", "kind": "b", "core_calls": "i",
@@ -32,15 +28,7 @@ TOKEN_COLUMNS = {"request": "i", "index": "i", "time_s": "d", "token_id": "i",
 
 
 def _driven(arm: str, shortcut: bool) -> tuple[list[Batch], list[TokenEvent]]:
-    exit_cfg = ExitConfig(mode="ouro", exit_threshold=0.4)
-    extra: dict[str, object] = {"prompt_shortcut": True} if shortcut else {}
-    cfg = make_config(arm, max_num_seqs=4, max_num_batched_tokens=20, prefill_chunk_size=12,
-                      exit=exit_cfg, **extra)  # type: ignore[arg-type]
-    core = EngineCore(cfg)
-    for i in range(8):
-        core.add_request(f"r{i}", list(range(3 + 7 * i)), SamplingParams(max_tokens=2 + i), 0.0)
-    ex = SeededExecutor(signal_fn=make_signal_fn(exit_cfg, TINY.num_depths, seed=1))
-    driven = drive(core, ex)  # type: ignore[arg-type]
+    driven = drive_every_stage(arm, shortcut)
     return list(driven.batches), list(driven.events)
 
 

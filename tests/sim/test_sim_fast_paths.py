@@ -18,7 +18,7 @@ from engine.core.shapes import TINY
 from sim.cost import make_cost_model
 from sim.cost.base import StepContext
 from sim.exit_model import make_signal_fn
-from tests.helpers import drive, make_config
+from tests.helpers import Drive, drive, make_config
 
 
 def _kind_by_definition(b: Batch) -> str:
@@ -29,10 +29,10 @@ def _kind_by_definition(b: Batch) -> str:
     return "decode" if b.num_prompt_items == 0 else "prompt"
 
 
-@pytest.mark.parametrize("arm, shortcut", [("atomic", False), ("per_depth", False),
-                                           ("mixed", False), ("mixed", True)])
-def test_recorder_rows_and_roofline_terms_on_every_arm(arm: str, shortcut: bool) -> None:
-    exit_cfg = ExitConfig(mode="ouro", exit_threshold=0.4)  # early exits -> finalize copies
+def drive_every_stage(arm: str, shortcut: bool) -> Drive:
+    """Eight requests of growing prompts and outputs on a small budget, with early exits
+    (finalize copies): every stage and step kind of ``arm`` (the recorder tests' load)."""
+    exit_cfg = ExitConfig(mode="ouro", exit_threshold=0.4)
     extra = {"prompt_shortcut": True} if shortcut else {}
     cfg = make_config(arm, max_num_seqs=4, max_num_batched_tokens=20, prefill_chunk_size=12,
                       exit=exit_cfg, **extra)  # type: ignore[arg-type]
@@ -40,7 +40,13 @@ def test_recorder_rows_and_roofline_terms_on_every_arm(arm: str, shortcut: bool)
     for i in range(8):
         core.add_request(f"r{i}", list(range(3 + 7 * i)), SamplingParams(max_tokens=2 + i), 0.0)
     ex = SeededExecutor(signal_fn=make_signal_fn(exit_cfg, TINY.num_depths, seed=1))
-    driven = drive(core, ex)  # type: ignore[arg-type]
+    return drive(core, ex)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("arm, shortcut", [("atomic", False), ("per_depth", False),
+                                           ("mixed", False), ("mixed", True)])
+def test_recorder_rows_and_roofline_terms_on_every_arm(arm: str, shortcut: bool) -> None:
+    driven = drive_every_stage(arm, shortcut)
     batches = driven.batches
     stages = {step_kind(b) for b in batches}
     assert {"coda", "prelude", "decode"} <= stages
