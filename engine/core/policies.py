@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+from engine.core.batch import ScheduledItem
 from engine.core.request import Stage
 from engine.core.scheduler import Policy, Scheduler, Selection
 
@@ -60,6 +61,10 @@ class MixedPolicy(Policy):
     prompt items' remaining depths at once (stage PREFILL).
     """
 
+    def _take_prompt_items(self, s: Scheduler, budget: int) -> list[ScheduledItem]:
+        """The prompt items that ride with the decode items, within ``budget`` tokens."""
+        return s.take_prompts(budget)
+
     def select(self, s: Scheduler) -> Selection | None:
         if s.prelude:
             return Stage.PRELUDE, s.take_prelude()
@@ -71,30 +76,23 @@ class MixedPolicy(Policy):
         if not items and s.prompt_shortcut and s.prefill:
             prompts = s.take_prompts(budget, to_last_depth=True)
             return (Stage.PREFILL, prompts) if prompts else None
-        items += s.take_prompts(budget - len(items))
+        items += self._take_prompt_items(s, budget - len(items))
         return (Stage.RECURRENT, items) if items else None
 
 
-class WavefrontPolicy(Policy):
+class WavefrontPolicy(MixedPolicy):
     """A3: mixed batching where a request may hold several prompt items at once, at
     different depths (``engine.core.wavefront``): decode items first, then ready (chunk,
-    depth) items in admission order and chunk order, while they fit the token budget."""
+    depth) items in admission order and chunk order, while they fit the token budget (the
+    config refuses ``prompt_shortcut`` for this arm)."""
 
     def __init__(self) -> None:
         from engine.core import wavefront  # loaded only by the wavefront arm's runs
 
         self._take_chunks = wavefront.take_chunks
 
-    def select(self, s: Scheduler) -> Selection | None:
-        if s.prelude:
-            return Stage.PRELUDE, s.take_prelude()
-        if s.coda_ready():
-            return Stage.CODA, s.take_coda()
-        s.admit()
-        budget = s.max_num_batched_tokens
-        items = s.take_decode(budget)
-        items += self._take_chunks(s, budget - len(items))
-        return (Stage.RECURRENT, items) if items else None
+    def _take_prompt_items(self, s: Scheduler, budget: int) -> list[ScheduledItem]:
+        return self._take_chunks(s, budget)
 
 
 def make_policy(arm: str) -> Policy:
