@@ -13,7 +13,6 @@ import simpy
 from engine.core.batch import Batch
 from engine.core.request import Stage
 from sim.cost.base import CostModel, StepContext, Waits
-from sim.cost.roofline import RooflineCost
 from sim.errors import SimulationStopped
 from sim.stop import REQUESTED as STOP_REQUESTED
 
@@ -24,16 +23,11 @@ class StepClock:
     """Prices the steps of one engine in the order they run.
 
     The clock hands the cost model one ``StepContext`` of its own, updated in place for each
-    step (``CostModel``'s contract: a model keeps nothing of it). The roofline, the default,
-    reads only the batch and is called directly, without one.
+    step (``CostModel``'s contract: a model keeps nothing of it).
     """
 
     def __init__(self, cost: CostModel, now: float) -> None:
         self.cost = cost
-        # A compiled caller reaches a known class's method without a Python-level call.
-        self.roofline: RooflineCost | None = (
-            cost if type(cost) is RooflineCost else None
-        )
         self.ctx = StepContext(EMPTY_BATCH)
         self.prev: Batch | None = None
         self.last_end = now  # back to back, a step starts where the last ended: no idle time
@@ -44,16 +38,12 @@ class StepClock:
         """When ``batch``, starting at ``start``, ends; ValueError on a negative price."""
         waits = self.waits
         waits.start(start - self.last_end)
-        roofline = self.roofline
-        if roofline is not None:
-            duration = roofline.batch_time(batch)
-        else:
-            ctx = self.ctx
-            ctx.batch = batch
-            ctx.prev = self.prev
-            ctx.idle_s = waits.idle_s
-            ctx.since_idle = waits.since_idle
-            duration = self.cost.step_time(ctx)
+        ctx = self.ctx
+        ctx.batch = batch
+        ctx.prev = self.prev
+        ctx.idle_s = waits.idle_s
+        ctx.since_idle = waits.since_idle
+        duration = self.cost.step_time(ctx)
         self.prev = batch
         self.duration = duration
         if not duration >= 0.0:
