@@ -14,6 +14,7 @@ from engine.core import (
     TokenEvent,
 )
 from engine.core.records import ArrivalSpec
+from engine.core.request import Stage
 from engine.core.seeded_executor import SeededExecutor
 from engine.core.shapes import TINY
 
@@ -126,3 +127,13 @@ def profile_doc(model: str, hardware: str, stages: dict[str, object],
     if step_gap is not None:
         doc["step_gap"] = step_gap
     return doc
+
+
+def check_drained(core: EngineCore, ex: SeededExecutor, seen_handles: set[int]) -> None:
+    """A drained core hands the runner its last housekeeping and holds nothing: no KV block,
+    reservation or prompt state, and the runner side was told of every prompt-state handle
+    the batches used (``seen_handles``)."""
+    ex.execute(Batch(-1, Stage.PRELUDE, (), core.take_housekeeping()))
+    assert core.block_manager.num_used_blocks == 0 and core.block_manager.num_reserved_blocks == 0
+    assert core.prompt_states.num_in_use == 0
+    assert seen_handles <= ex.released_handles

@@ -7,7 +7,7 @@ from hypothesis import strategies as st
 
 from engine.core import Batch, EngineCore, ExitConfig, SamplingParams, Stage
 from engine.core.seeded_executor import SeededExecutor
-from tests.helpers import make_config
+from tests.helpers import check_drained, make_config
 
 ARMS = ("atomic", "per_depth", "mixed")
 
@@ -89,11 +89,7 @@ def run_arm(w: dict, arm: str) -> dict[str, tuple]:
         seen_handles.update(it.prompt_state.handle_id for it in batch.items if it.prompt_state)
         core.apply(batch, ex.execute(batch), float(step))
         core.block_manager.check_integrity()
-    final = core.take_housekeeping()
-    ex.execute(Batch(-1, Stage.PRELUDE, (), final))
-    assert core.block_manager.num_used_blocks == 0 and core.block_manager.num_reserved_blocks == 0
-    assert core.prompt_states.num_in_use == 0
-    assert seen_handles <= ex.released_handles  # the runner side was told about every one
+    check_drained(core, ex, seen_handles)
     out = {}
     for r in core.pop_finished():
         assert r.finish_reason == "length"

@@ -11,7 +11,7 @@ from engine.core import Batch, EngineCore, SamplingParams, Stage
 from engine.core.batch import ItemKind
 from engine.core.seeded_executor import SeededExecutor
 from tests.core.test_core_properties import run_arm, workloads
-from tests.helpers import make_config
+from tests.helpers import check_drained, make_config
 
 Done = dict[tuple[str, int], set[tuple[int, int]]]  # (request, generation) -> {(start, depth)}
 
@@ -105,11 +105,7 @@ def run_wavefront(w: dict, abort_at: int | None = None, fail_at: int | None = No
         else:
             core.apply(batch, ex.execute(batch), float(step))
         core.block_manager.check_integrity()
-    final = core.take_housekeeping()
-    ex.execute(Batch(-1, Stage.PRELUDE, (), final))
-    assert core.block_manager.num_used_blocks == 0 and core.block_manager.num_reserved_blocks == 0
-    assert core.prompt_states.num_in_use == 0
-    assert seen_handles <= ex.released_handles  # the runner side was told about every one
+    check_drained(core, ex, seen_handles)
     out, reasons = {}, {}
     for r in core.pop_finished():
         assert not r.prompt_chunks
