@@ -27,24 +27,22 @@ from loopserve.workloads.base import (
 
 
 def rate_source(
-    *,
-    num_requests: int,
-    request_rate: float,
+    spec: PoissonWorkload | GammaWorkload,
     burstiness: float,
-    prompt_tokens: LengthSpec,
-    output_tokens: LengthSpec,
+    *,
     seed: int,
     vocab_size: int,
     exit_trace: Sequence[int] | None,
-    shared_prefix: SharedPrefix | None = None,
 ) -> StaticSource:
-    """Requests ``req-0..`` with gamma/Poisson arrivals; draws in a fixed order (arrival
-    gaps, prompt lengths, output lengths) from ``default_rng(seed)``; a shared prefix draws
-    from streams of its own, so the arrivals and lengths stay the same with or without."""
+    """``spec``'s requests ``req-0..`` with gaps of shape ``burstiness`` (1: Poisson); draws
+    in a fixed order (arrival gaps, prompt lengths, output lengths) from ``default_rng(seed)``;
+    a shared prefix draws from streams of its own, so the arrivals and lengths stay the same
+    with or without."""
+    num_requests, shared_prefix = spec.num_requests, spec.shared_prefix
     rng = np.random.default_rng(seed)
-    times = arrival_times(num_requests, request_rate, burstiness, rng)
-    prompts = sample_lengths(prompt_tokens, num_requests, rng)
-    outputs = sample_lengths(output_tokens, num_requests, rng)
+    times = arrival_times(num_requests, spec.request_rate, burstiness, rng)
+    prompts = sample_lengths(spec.prompt_tokens, num_requests, rng)
+    outputs = sample_lengths(spec.output_tokens, num_requests, rng)
     specs = [
         ArrivalSpec(
             f"req-{i}",
@@ -71,12 +69,7 @@ class PoissonWorkload(StrictModel):
     def build(
         self, *, seed: int, vocab_size: int, exit_trace: Sequence[int] | None = None
     ) -> StaticSource:
-        return rate_source(
-            num_requests=self.num_requests, request_rate=self.request_rate, burstiness=1.0,
-            prompt_tokens=self.prompt_tokens, output_tokens=self.output_tokens,
-            seed=seed, vocab_size=vocab_size, exit_trace=exit_trace,
-            shared_prefix=self.shared_prefix,
-        )
+        return rate_source(self, 1.0, seed=seed, vocab_size=vocab_size, exit_trace=exit_trace)
 
 
 class GammaWorkload(StrictModel):
@@ -93,9 +86,5 @@ class GammaWorkload(StrictModel):
     def build(
         self, *, seed: int, vocab_size: int, exit_trace: Sequence[int] | None = None
     ) -> StaticSource:
-        return rate_source(
-            num_requests=self.num_requests, request_rate=self.request_rate,
-            burstiness=self.burstiness, prompt_tokens=self.prompt_tokens,
-            output_tokens=self.output_tokens, seed=seed, vocab_size=vocab_size,
-            exit_trace=exit_trace, shared_prefix=self.shared_prefix,
-        )
+        return rate_source(self, self.burstiness, seed=seed, vocab_size=vocab_size,
+                           exit_trace=exit_trace)
