@@ -6,7 +6,9 @@ lists the modules, and those it leaves out, with why). It is used only when its 
 names this Python and every source it was built from (the compiled modules and all of
 ``engine/core``, whose types they read) matches the file on disk, byte for byte, and then for
 all of its modules or none (compiled modules reach into each other's C structs), so an edited
-source can never hide behind an old binary. ``LOOPSERVE_NATIVE=0`` forces the sources.
+source can never hide behind an old binary. ``LOOPSERVE_NATIVE=0`` forces the sources;
+``LOOPSERVE_NATIVE_DIR`` loads a build from another folder (the build tool's training run of
+its instrumented build, ``tools/native_training.py``).
 ``install`` puts a finder on ``sys.meta_path`` that loads every module the manifest names from
 the build, and nothing else.
 
@@ -58,7 +60,7 @@ from pathlib import Path
 from types import ModuleType
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
-NATIVE_DIR = REPO_ROOT / "build" / "native"
+NATIVE_DIR = Path(os.environ.get("LOOPSERVE_NATIVE_DIR") or REPO_ROOT / "build" / "native")
 MANIFEST = "manifest.json"
 GROUP_NAME = "loopserve_native"
 

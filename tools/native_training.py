@@ -1,0 +1,34 @@
+"""The workload the profile-guided native build trains on (``tools/build_native.py``).
+
+``python -m tools.native_training`` runs in a child process with ``LOOPSERVE_NATIVE_DIR``
+pointing at the instrumented build, whose counters the compiler then reads to lay out the
+final build's branches and inline its hot calls. It simulates ``make bench``'s Poisson
+workload in every arm, and once more with prefix caching on shared prefixes, on fewer
+requests: the steps a simulation runs whatever the scenario. Code the training never runs
+is compiled as without a profile (``-fprofile-partial-training``), so it is not slowed.
+Exits 1 when the build it was pointed at is not the one loaded.
+"""
+
+from __future__ import annotations
+
+import sys
+
+from engine import _native
+
+NUM_REQUESTS = 300
+
+
+def main() -> int:
+    if not _native.active():
+        print(f"native training: the build is not loaded ({_native.reason()})", file=sys.stderr)
+        return 1
+    from tools.bench import SCHEDULER, bench_arm
+
+    for arm in ("atomic", "per_depth", "mixed", "wavefront"):
+        bench_arm(arm, NUM_REQUESTS, 1, 0, SCHEDULER)
+    bench_arm("mixed", NUM_REQUESTS, 1, 0, SCHEDULER, prefix_caching=True, shared_prefix=256)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
