@@ -5,7 +5,8 @@ STAMP := $(VENV)/.installed
 
 NATIVE := build/native/manifest.json
 # A superset of what tools/build_native.py compiles, so a module added there is never stale.
-NATIVE_SOURCES := $(wildcard engine/core/*.py sim/*.py sim/cost/*.py) tools/build_native.py \
+NATIVE_SOURCES := $(wildcard engine/core/*.py sim/*.py sim/cost/*.py sim/cluster/*.py) \
+	tools/build_native.py \
 	tools/native_training.py \
 	engine/_native.py
 
