@@ -15,6 +15,7 @@ The build goes to a temp dir beside ``build/native`` and is renamed into place w
 from __future__ import annotations
 
 import argparse
+import copy
 import json
 import os
 import shutil
@@ -76,21 +77,24 @@ PGO_USE = ("-fprofile-use={}", "-fprofile-correction", "-fprofile-partial-traini
 
 
 def _compile(ext_modules: list[Any], work: Path, flags: Sequence[str], *, quiet: bool) -> Path:
-    """Compile the generated C with ``flags`` added (compiler and linker) into ``work/lib``.
-    Both passes of a profile-guided build use the same object paths, which name the
-    profiles."""
+    """Compile the generated C with ``flags`` added to what mypyc asks for (compiler and
+    linker) into ``work/lib``. Both passes of a profile-guided build use the same object
+    paths, which name the profiles."""
     from setuptools import setup
 
     for sub in ("lib", "o"):
         shutil.rmtree(work / sub, ignore_errors=True)
+    built = []
     for ext in ext_modules:
-        ext.extra_compile_args = [*ext.base_compile_args, *flags]
-        ext.extra_link_args = [*ext.base_link_args, *flags]
+        ext = copy.copy(ext)
+        ext.extra_compile_args = [*ext.extra_compile_args, *flags]
+        ext.extra_link_args = [*ext.extra_link_args, *flags]
+        built.append(ext)
     args = ["build_ext", "--build-lib", str(work / "lib"), "--build-temp", str(work / "o"),
             "-j", "2"]
     if quiet:
         args.insert(0, "--quiet")
-    setup(name="loopserve-native", ext_modules=ext_modules, script_args=args)
+    setup(name="loopserve-native", ext_modules=built, script_args=args)
     return work / "lib"
 
 
@@ -110,7 +114,9 @@ def _train(lib: Path, profile_dir: Path) -> None:
     out = subprocess.run([sys.executable, "-m", "tools.native_training"], env=env,
                          cwd=REPO_ROOT, capture_output=True, text=True)
     if out.returncode != 0:
-        raise RuntimeError(f"training run failed: {out.stderr.strip().splitlines()[-1:]}")
+        lines = out.stderr.strip().splitlines()
+        raise RuntimeError("training run failed: "
+                           + (lines[-1] if lines else f"exit status {out.returncode}"))
     if not any(profile_dir.rglob("*.gcda")):
         raise RuntimeError("training run wrote no profile (a compiler without gcc's "
                            "-fprofile-generate?)")
@@ -129,9 +135,6 @@ def build(out_dir: Path = NATIVE_DIR, *, quiet: bool = True, pgo: bool = True) -
     work = Path(tempfile.mkdtemp(prefix=".native-", dir=out_dir.parent))
     try:
         ext_modules = mypycify(paths, group_name=GROUP_NAME, target_dir=str(work / "c"))
-        for ext in ext_modules:  # what mypyc asks for; each pass adds its own flags
-            ext.base_compile_args = list(ext.extra_compile_args)
-            ext.base_link_args = list(ext.extra_link_args)
 
         def compile_with(flags: Sequence[str]) -> Path:
             return _compile(ext_modules, work, [*PORTABLE_FLAGS, *flags], quiet=quiet)
@@ -140,9 +143,12 @@ def build(out_dir: Path = NATIVE_DIR, *, quiet: bool = True, pgo: bool = True) -
         if pgo:
             profile_dir = work / "profile"
             try:
+                print("mypyc: 1/3 the instrumented build", flush=True)
                 gen = compile_with([PGO_GENERATE.format(profile_dir)])
                 _write_manifest(gen)
+                print("mypyc: 2/3 its training run (tools/native_training.py)", flush=True)
                 _train(gen, profile_dir)
+                print("mypyc: 3/3 the build, compiled with the training's profile", flush=True)
                 lib = compile_with([f.format(profile_dir) for f in PGO_USE])
             except (RuntimeError, SystemExit, OSError) as e:
                 print(f"mypyc: building without a profile ({e})", flush=True)
