@@ -115,6 +115,15 @@ def active() -> bool:
     return reason() == ""
 
 
+def build_kind() -> str | None:
+    """How the build in use was compiled (its manifest's ``build``: "profile-guided",
+    "plain"), or None when the sources run."""
+    if not active():
+        return None
+    kind = json.loads((NATIVE_DIR / MANIFEST).read_text()).get("build")
+    return kind if isinstance(kind, str) else "plain"
+
+
 def extension_path(module: str, native_dir: Path = NATIVE_DIR) -> Path | None:
     """The compiled extension of ``module`` in ``native_dir``, or None."""
     base = native_dir.joinpath(*module.split("."))

@@ -187,7 +187,8 @@ def main(argv: list[str] | None = None) -> int:
     print(f"simulating {args.num_requests} poisson requests on {MODEL}/h200 roofline, "
           f"median of {args.repeats} runs per arm (targets per arm: {TARGET_CORE_CALLS_S:,} core "
           f"calls/s and {TARGET_RATIO_TO_SIMPY_LOOP}x the SimPy loop)")
-    print(f"native build: {native['reason']}; prefix caching {args.prefix_caching}"
+    kind = f" ({native['build']})" if native["build"] else ""
+    print(f"native build: {native['reason']}{kind}; prefix caching {args.prefix_caching}"
           + (f", {args.shared_prefix}-token shared prefixes" if args.shared_prefix else ""))
     print(f"{'arm':<10} {'core calls':>10} {'steps':>8} {'items/call':>10} {'wall s':>7} "
           f"{'calls/s':>9} {'steps/s':>9} {'simpy loop/s':>12} {'ratio':>6} "

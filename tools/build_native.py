@@ -98,8 +98,11 @@ def _compile(ext_modules: list[Any], work: Path, flags: Sequence[str], *, quiet:
     return work / "lib"
 
 
-def _write_manifest(lib: Path) -> None:
+def _write_manifest(lib: Path, kind: str) -> None:
+    """The manifest ``engine._native`` checks; ``build`` says how it was compiled:
+    "profile-guided", "plain" or "instrumented" (the training's)."""
     manifest = {
+        "build": kind,
         "cache_tag": sys.implementation.cache_tag,
         "modules": list(MODULES),
         "sources": {str(p.relative_to(REPO_ROOT)): source_digest(p) for p in sources()},
@@ -145,17 +148,18 @@ def build(out_dir: Path = NATIVE_DIR, *, quiet: bool = True, pgo: bool = True) -
             try:
                 print("mypyc: 1/3 the instrumented build", flush=True)
                 gen = compile_with([PGO_GENERATE.format(profile_dir)])
-                _write_manifest(gen)
+                _write_manifest(gen, "instrumented")
                 print("mypyc: 2/3 its training run (tools/native_training.py)", flush=True)
                 _train(gen, profile_dir)
                 print("mypyc: 3/3 the build, compiled with the training's profile", flush=True)
                 lib = compile_with([f.format(profile_dir) for f in PGO_USE])
+                kind = "profile-guided"
             except (RuntimeError, SystemExit, OSError) as e:
                 print(f"mypyc: building without a profile ({e})", flush=True)
                 lib = None
         if lib is None:
-            lib = compile_with([])
-        _write_manifest(lib)
+            lib, kind = compile_with([]), "plain"
+        _write_manifest(lib, kind)
         if out_dir.exists():
             shutil.rmtree(out_dir)
         lib.rename(out_dir)

@@ -61,7 +61,8 @@ def commit_label(recorded: Path | None = _REPO / ".whl" / "COMMIT") -> str:
 
 def native_build() -> dict[str, Any]:
     """Whether engine.core and the simulator's step code ran from the mypyc build."""
-    return {"active": _native.active(), "reason": _native.reason() or "mypyc build in use"}
+    return {"active": _native.active(), "reason": _native.reason() or "mypyc build in use",
+            "build": _native.build_kind()}
 
 
 def device_info(target: str, hardware: str) -> dict[str, Any]:

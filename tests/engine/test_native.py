@@ -84,6 +84,7 @@ def test_the_build_is_in_use_under_make_test() -> None:
     import sim.cost.roofline
 
     assert _native.active(), _native.reason()
+    assert _native.build_kind() == "profile-guided"  # `make native` trains the build
     for mod in (engine.core.scheduler, sim.cost.roofline, engine.core.seeded_executor):
         assert mod.__file__ is not None
         assert Path(mod.__file__).suffix == ".so", mod.__file__

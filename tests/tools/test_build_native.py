@@ -4,6 +4,7 @@ compile reads the training's profile."""
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -86,7 +87,8 @@ def test_the_final_compile_reads_the_training_profile_or_falls_back(
     monkeypatch.setattr(build_native, "_compile", fake.compile)
 
     def train(lib: Path, profile_dir: Path) -> None:
-        assert (lib / _native.MANIFEST).is_file()  # the instrumented build is loadable
+        # The instrumented build is loadable, and says what it is.
+        assert json.loads((lib / _native.MANIFEST).read_text())["build"] == "instrumented"
         if training == "fails":
             raise RuntimeError("training run failed: boom")
 
@@ -94,6 +96,8 @@ def test_the_final_compile_reads_the_training_profile_or_falls_back(
     out_dir = tmp_path / "build" / "native"
     manifest = build_native.build(out_dir)
     assert manifest == out_dir / _native.MANIFEST and manifest.is_file()
+    kind = json.loads(manifest.read_text())["build"]
+    assert kind == ("plain" if training == "fails" else "profile-guided")
     generate, final = fake.passes
     assert generate[:2] == list(build_native.PORTABLE_FLAGS)
     assert generate[2].startswith("-fprofile-generate=")
