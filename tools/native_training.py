@@ -3,9 +3,10 @@
 ``python -m tools.native_training`` runs in a child process with ``LOOPSERVE_NATIVE_DIR``
 pointing at the instrumented build, whose counters the compiler then reads to lay out the
 final build's branches and inline its hot calls. It simulates ``make bench``'s Poisson
-workload in every arm, and once more with prefix caching on shared prefixes, on fewer
-requests: the steps a simulation runs whatever the scenario. Code the training never runs
-is compiled as without a profile (``-fprofile-partial-training``), so it is not slowed.
+workload in every arm, once more with prefix caching on shared prefixes, and once with
+adaptive exits (Ouro's gate at a threshold that exits early, signals read back), on fewer
+requests: the steps a simulation runs whatever the scenario. Code the training never runs is
+compiled as without a profile (``-fprofile-partial-training``), so it is not slowed.
 Exits 1 when the build it was pointed at is not the one loaded.
 """
 
@@ -18,6 +19,23 @@ from engine import _native
 NUM_REQUESTS = 300
 
 
+def _adaptive_exits() -> None:
+    from engine.core import CacheConfig, EngineConfig, ExitConfig, SchedulerConfig
+    from engine.core.shapes import MODEL_SHAPES
+    from loopserve.workloads import build_source
+    from sim import make_cost_model, simulate
+    from tools.bench import MODEL, NUM_BLOCKS, SCHEDULER, workload
+
+    shape = MODEL_SHAPES[MODEL]
+    cost = make_cost_model("roofline", shape, hardware="h200")
+    source = build_source(workload(NUM_REQUESTS, 0), seed=0, vocab_size=shape.vocab_size)
+    for arm in ("atomic", "mixed"):
+        cfg = EngineConfig(shape, SchedulerConfig(arm=arm, **SCHEDULER),
+                           CacheConfig(num_blocks=NUM_BLOCKS),
+                           ExitConfig(mode="ouro", exit_threshold=0.5))
+        simulate(cfg, source, cost, seed=0, vocab_size=shape.vocab_size)
+
+
 def main() -> int:
     if not _native.active():
         print(f"native training: the build is not loaded ({_native.reason()})", file=sys.stderr)
@@ -27,6 +45,7 @@ def main() -> int:
     for arm in ("atomic", "per_depth", "mixed", "wavefront"):
         bench_arm(arm, NUM_REQUESTS, 1, 0, SCHEDULER)
     bench_arm("mixed", NUM_REQUESTS, 1, 0, SCHEDULER, prefix_caching=True, shared_prefix=256)
+    _adaptive_exits()
     return 0
 
 
