@@ -128,16 +128,23 @@ def bench_row(run_dir: Path) -> str:
     env = _load(run_dir / "env.json")
     try:
         by_arm = {a["arm"]: a for a in bench["arms"]}
-        cells = [_date(run_dir, env), "mypyc build" if bench.get("native") else "Python sources"]
+        build = "Python sources"
+        if bench.get("native"):
+            kind = (env.get("native") or {}).get("build")
+            build = f"mypyc build, {kind}" if kind else "mypyc build"
+        cells = [_date(run_dir, env), build]
         for arm in ARMS:
             if arm not in by_arm:  # a run of fewer arms (--arms) leaves the column empty
                 cells.append("–")
                 continue
             a = by_arm[arm]
-            cell = f"{a['median_core_calls_s']:,.0f}"
+            notes = []
+            if a.get("ratio_to_simpy_loop"):
+                notes.append(f"{a['ratio_to_simpy_loop']:.3f}x the SimPy loop")
             if a.get("pure_median_core_calls_s"):
-                cell += f" (sources {a['pure_median_core_calls_s']:,.0f})"
-            cells.append(cell)
+                notes.append(f"sources {a['pure_median_core_calls_s']:,.0f}")
+            cell = f"{a['median_core_calls_s']:,.0f}"
+            cells.append(cell + (f" ({'; '.join(notes)})" if notes else ""))
         cells.append(_command(env, None))
     except (KeyError, TypeError) as e:
         raise ClaimError(f"{run_dir}: bench.json lacks {e}") from e

@@ -57,16 +57,21 @@ def test_bench_row_and_headers_once_per_kind(tmp_path: Path) -> None:
     b = tmp_path / "20261201T035017Z"
     b.mkdir()
     (b / "bench.json").write_text(json.dumps({"native": True, "arms": [
-        {"arm": a, "median_core_calls_s": 80176.0 + i, "pure_median_core_calls_s": 21486.4}
+        {"arm": a, "median_core_calls_s": 80176.0 + i, "pure_median_core_calls_s": 21486.4,
+         "ratio_to_simpy_loop": 0.0444 + i / 1000}
         for i, a in enumerate(claims.ARMS)]}))
-    (b / "env.json").write_text(json.dumps({"command": "/x/.venv/bin/python -m tools.bench"}))
+    (b / "env.json").write_text(json.dumps({"command": "/x/.venv/bin/python -m tools.bench",
+                                            "native": {"build": "profile-guided"}}))
     f1, f2 = _fidelity_dir(tmp_path), _fidelity_dir(tmp_path, "20261203T072427Z")
     out = claims.rows([f1, b, f2])
     assert out.count("| measured | scenario") == 1 and out.count("| measured | build") == 1
     bench_line = out.splitlines()[-1]
-    assert bench_line == ("| 2026-12-01 | mypyc build | 80,176 (sources 21,486) | 80,177 "
-                          "(sources 21,486) | 80,178 (sources 21,486) | 80,179 (sources 21,486) "
-                          "| `python -m tools.bench` |")
+    assert bench_line == (
+        "| 2026-12-01 | mypyc build, profile-guided "
+        "| 80,176 (0.044x the SimPy loop; sources 21,486) "
+        "| 80,177 (0.045x the SimPy loop; sources 21,486) "
+        "| 80,178 (0.046x the SimPy loop; sources 21,486) "
+        "| 80,179 (0.047x the SimPy loop; sources 21,486) | `python -m tools.bench` |")
 
 
 def test_bench_row_of_fewer_arms_leaves_their_columns_empty(tmp_path: Path) -> None:
