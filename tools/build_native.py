@@ -8,7 +8,7 @@ while its manifest matches the sources byte for byte and the running Python, and
 
 The build is profile-guided: an instrumented build runs a training workload
 (``tools/native_training.py``) and the compiler lays out the final build by its counters;
-``--no-pgo`` compiles once, without them (docs/performance.md has the two side by side).
+``--no-pgo`` compiles once, without them (docs/performance.md measures both).
 The build goes to a temp dir beside ``build/native`` and is renamed into place when complete.
 """
 
