@@ -48,6 +48,15 @@ def timed_arrivals(source: ArrivalSource) -> list[ArrivalSpec]:
     return timed
 
 
+def due_s(timed: list[ArrivalSpec], index: int) -> float:
+    """When timed arrival ``index`` is due (inf when none is left)."""
+    if index >= len(timed):
+        return math.inf
+    due = timed[index].arrival_s
+    assert due is not None
+    return due
+
+
 class ArrivalFeeder:
     """Submits a source's requests into ``core`` and tells the recorder."""
 
@@ -59,20 +68,13 @@ class ArrivalFeeder:
         self.next_arrival = 0
         # Time of the next timed arrival (inf when none is left): a field, as the drivers
         # read it before and after every step.
-        self.next_due_s = self._due_s(0)
+        self.next_due_s = due_s(self.timed, 0)
         self.triggers_on_tokens = source.triggers_on_tokens()
 
     @property
     def exhausted(self) -> bool:
         """No timed arrival is left."""
         return self.next_arrival >= len(self.timed)
-
-    def _due_s(self, index: int) -> float:
-        if index >= len(self.timed):
-            return math.inf
-        due = self.timed[index].arrival_s
-        assert due is not None
-        return due
 
     def submit(self, spec: ArrivalSpec, arrival_s: float) -> None:
         if spec.injected:
@@ -94,7 +96,7 @@ class ArrivalFeeder:
             if due > now_s:
                 break
             self.next_arrival += 1
-            self.next_due_s = self._due_s(self.next_arrival)
+            self.next_due_s = due_s(self.timed, self.next_arrival)
             self.submit(spec, due)
 
     def on_events(self, events: Iterable[TokenEvent]) -> None:

@@ -24,7 +24,7 @@ from typing import Any
 
 import simpy
 
-from engine.core.arrivals import timed_arrivals
+from engine.core.arrivals import due_s, timed_arrivals
 from engine.core.config import EngineConfig
 from engine.core.records import ArrivalSource, ArrivalSpec, RunRecords
 from engine.core.results import TokenEvent
@@ -72,17 +72,9 @@ class ClusterRun:
         self.info: dict[str, RequestInfo] = {}
         self.timed = timed_arrivals(source)
         self.next_arrival = 0
-        self.next_due_s = self._due_s(0)  # a field: every replica reads it every step
+        self.next_due_s = due_s(self.timed, 0)  # a field: every replica reads it every step
 
     # ---- arrivals and routing ------------------------------------------------------------
-    def _due_s(self, index: int) -> float:
-        """When timed arrival ``index`` is due (inf: none left)."""
-        if index >= len(self.timed):
-            return float("inf")
-        due = self.timed[index].arrival_s
-        assert due is not None
-        return due
-
     def route_due(self, now_s: float) -> None:
         timed = self.timed
         while self.next_arrival < len(timed):
@@ -92,7 +84,7 @@ class ClusterRun:
             if due > now_s:
                 break
             self.next_arrival += 1
-            self.next_due_s = self._due_s(self.next_arrival)
+            self.next_due_s = due_s(self.timed, self.next_arrival)
             self.route(spec, due)
 
     def route(self, spec: ArrivalSpec, arrival_s: float) -> None:
