@@ -30,7 +30,7 @@ from engine.core.run_loop import StepLoop, stall_message
 from engine.core.seeded_executor import SeededExecutor, SignalFn
 from sim.cost.base import CostModel
 from sim.errors import SimulationDeadlock
-from sim.step_clock import StepClock, check_stop, run_without_gc
+from sim.step_clock import StepClock, run_without_gc, stopped_after
 from sim.stop import REQUESTED as STOP_REQUESTED
 
 
@@ -108,7 +108,7 @@ class _SimRun:
                 yield env.timeout(end - env.now)
             loop.after_step(batch, result, start, end)
             if stop_requested[0]:
-                check_stop(batch)
+                raise stopped_after(batch)
         loop.drain()  # nothing left for a runner to release
 
     def run(self) -> RunRecords:

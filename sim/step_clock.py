@@ -14,7 +14,6 @@ from engine.core.batch import Batch
 from engine.core.request import Stage
 from sim.cost.base import CostModel, StepContext, Waits
 from sim.errors import SimulationStopped
-from sim.stop import REQUESTED as STOP_REQUESTED
 
 EMPTY_BATCH = Batch(-1, Stage.RECURRENT, ())  # the clock's context before its first step
 
@@ -52,10 +51,10 @@ class StepClock:
         return self.last_end
 
 
-def check_stop(batch: Batch) -> None:
-    """End the simulation after ``batch`` when a signal asked for it (``sim.stop``)."""
-    if STOP_REQUESTED[0]:
-        raise SimulationStopped(f"stopped at step {batch.step}")
+def stopped_after(batch: Batch) -> SimulationStopped:
+    """What a simulation raises after ``batch`` when a signal asked it to stop: the drivers
+    read ``sim.stop.REQUESTED`` after every step and raise this when it is set."""
+    return SimulationStopped(f"stopped at step {batch.step}")
 
 
 def run_without_gc(env: simpy.Environment, until: Any = None) -> None:

@@ -19,7 +19,7 @@ from engine.core.results import TokenEvent
 from engine.core.run_loop import StepLoop
 from engine.core.seeded_executor import SeededExecutor
 from sim.cost.base import CostModel
-from sim.step_clock import StepClock, check_stop
+from sim.step_clock import StepClock, stopped_after
 from sim.stop import REQUESTED as STOP_REQUESTED
 
 
@@ -145,4 +145,4 @@ class Replica:
                 if event.finished:
                     run.finished(self, event)
             if stop_requested[0]:
-                check_stop(batch)
+                raise stopped_after(batch)
