@@ -39,16 +39,11 @@ def trace_events(
     """Trace events (microsecond timestamps) for the runs at ``point_ids``, each run's
     first ``max_steps_per_run`` steps."""
     events: list[dict[str, Any]] = []
-    named: set[tuple[int, int]] = set()
+    named: set[int] = set()
     for r in select_runs(results, point_ids):
         s = r.spec
-        pid = s.point_id * len(arms) + arms.index(s.arm) + 1
-        if (pid, -1) not in named:
-            named.add((pid, -1))
-            events.append(_meta("process_name", pid, 0, f"{s.arm} · point {s.point_id}"))
-            events.append({"ph": "M", "name": "process_sort_index", "pid": pid, "tid": 0,
-                           "args": {"sort_index": pid}})
-        events.append(_meta("thread_name", pid, s.repeat, f"repeat {s.repeat} steps"))
+        pid, header = _run_header(r, arms, named)
+        events += header
         for st in r.records.steps[:max_steps_per_run]:
             events.append({
                 "ph": "X", "name": st.kind, "cat": st.stage, "pid": pid, "tid": s.repeat,
@@ -61,9 +56,7 @@ def trace_events(
                     "depths": st.depths, "mixed": st.mixed,
                 },
             })
-        injected = [q for q in r.records.requests if q.injected and q.first_token_s is not None]
-        if injected:
-            events += _injected_events(injected, pid, s.repeat)
+        events += _injected_events(r.records.requests, pid, s.repeat)
     return events
 
 
@@ -105,14 +98,8 @@ def _encoded_runs(
     named: set[int] = set()
     for r in select_runs(results, point_ids):
         s = r.spec
-        out: list[str] = []
-        pid = s.point_id * len(arms) + arms.index(s.arm) + 1
-        if pid not in named:
-            named.add(pid)
-            out.append(_dumps(_meta("process_name", pid, 0, f"{s.arm} · point {s.point_id}")))
-            out.append(_dumps({"ph": "M", "name": "process_sort_index", "pid": pid, "tid": 0,
-                               "args": {"sort_index": pid}}))
-        out.append(_dumps(_meta("thread_name", pid, s.repeat, f"repeat {s.repeat} steps")))
+        pid, header = _run_header(r, arms, named)
+        out = [_dumps(e) for e in header]
         t = r.records.steps
         n = min(len(t), max_steps_per_run)
         words = [_dumps(w) for w in t.strings.values]
@@ -127,15 +114,33 @@ def _encoded_runs(
                        t.num_decode_items[:n], t.num_prompt_tokens[:n],
                        t.num_prompt_items[:n], t.num_fused_prelude_items[:n], t.depths[:n],
                        t.mixed[:n], strict=True)]
-        injected = [q for q in r.records.requests if q.injected and q.first_token_s is not None]
-        if injected:
-            out += [_dumps(e) for e in _injected_events(injected, pid, s.repeat)]
+        out += [_dumps(e) for e in _injected_events(r.records.requests, pid, s.repeat)]
         yield out
 
 
-def _injected_events(injected: Sequence[RequestRecord], pid: int,
+def _run_header(r: RunResult, arms: Sequence[str],
+                named: set[int]) -> tuple[int, list[dict[str, Any]]]:
+    """A run's process id and the events that open its track: its process's name and sort
+    index the first time the process appears (``named`` keeps those seen), its thread's name."""
+    s = r.spec
+    pid = s.point_id * len(arms) + arms.index(s.arm) + 1
+    events = []
+    if pid not in named:
+        named.add(pid)
+        events.append(_meta("process_name", pid, 0, f"{s.arm} · point {s.point_id}"))
+        events.append({"ph": "M", "name": "process_sort_index", "pid": pid, "tid": 0,
+                       "args": {"sort_index": pid}})
+    events.append(_meta("thread_name", pid, s.repeat, f"repeat {s.repeat} steps"))
+    return pid, events
+
+
+def _injected_events(requests: Sequence[RequestRecord], pid: int,
                      repeat: int) -> list[dict[str, Any]]:
-    """A repeat's track of its injected requests' TTFT spans (each has a first token)."""
+    """A repeat's track of its injected requests' TTFT spans (those with a first token);
+    none without one."""
+    injected = [q for q in requests if q.injected and q.first_token_s is not None]
+    if not injected:
+        return []
     tid = _INJECTED_TID + repeat
     events = [_meta("thread_name", pid, tid, f"repeat {repeat} injected TTFT")]
     for q in injected:
