@@ -4,10 +4,12 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
 NATIVE := build/native/manifest.json
-# A superset of what tools/build_native.py compiles, so a module added there is never stale.
+# A superset of what tools/build_native.py compiles, so a module added there is never stale,
+# and the training it runs (tools/native_training.py, on tools/bench.py's workload).
 NATIVE_SOURCES := $(wildcard engine/core/*.py sim/*.py sim/cost/*.py sim/cluster/*.py) \
 	tools/build_native.py \
 	tools/native_training.py \
+	tools/bench.py \
 	engine/_native.py
 
 .PHONY: setup native test sim bench lint clean gpu-check gpu-wheels

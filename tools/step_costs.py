@@ -6,11 +6,12 @@ clock on the roofline), each phase of each step timed apart.
 nanoseconds per step in each phase (``schedule``, ``execute``, ``price``, ``after``: apply,
 token events and the recorder) and a least-squares fit of a step's time on its item count:
 what a step of that kind costs whatever it holds (``fixed``) and what each item adds
-(``per item``). The loop is the driver's without SimPy (an idle engine jumps to the next
-arrival), so its steps are ``simulate``'s to the bit (tests/tools/test_step_costs.py); it
-runs on the native build when ``engine._native`` loads one. Each phase reads the clock once
-more than an untimed step would: the ``timer`` column is that read's cost, already taken
-off every phase.
+(``per item``), for kinds with at least ``MIN_FIT_STEPS`` steps. The loop is the driver's
+without SimPy (an idle engine jumps to the next arrival), so its steps are ``simulate``'s to
+the bit (tests/tools/test_step_costs.py); it runs on the native build when ``engine._native``
+loads one, but is itself interpreted, so its totals run about a tenth above ``make bench``'s.
+Each phase reads the clock once more than an untimed step would: the ``timer`` is that
+read's cost, taken off every phase.
 """
 
 from __future__ import annotations
@@ -39,6 +40,7 @@ from sim.step_clock import StepClock
 from tools.bench import MODEL, NUM_BLOCKS, SCHEDULER, workload
 
 PHASES = ("schedule", "execute", "price", "after")
+MIN_FIT_STEPS = 1000  # fewer steps of a kind (a few prompt-only steps) fit mostly noise
 
 
 @dataclass
@@ -65,16 +67,17 @@ def timer_ns(samples: int = 100_000) -> float:
 
 
 def run_arm(
-    arm: str, spec: dict[str, Any], seed: int,
+    arm: str, spec: dict[str, Any], seed: int, record_steps: bool = True,
 ) -> tuple[RunRecords, dict[str, KindCosts]]:
     """The workload ``spec`` (``make bench``'s: ``tools.bench.workload``) in ``arm`` on
-    ``make bench``'s engine, its steps timed by kind; also the run's records."""
+    ``make bench``'s engine, its steps timed by kind; also the run's records (without
+    ``record_steps``, its step rows only counted, as a capacity probe runs)."""
     shape = MODEL_SHAPES[MODEL]
     cfg = EngineConfig(shape, SchedulerConfig(arm=arm, **SCHEDULER),
                        CacheConfig(num_blocks=NUM_BLOCKS))
     source = build_source(spec, seed=seed, vocab_size=shape.vocab_size)
     core = EngineCore(cfg)
-    loop = StepLoop(core, source)
+    loop = StepLoop(core, source, record_steps=record_steps)
     assert loop.feeder is not None and loop.recorder is not None
     feeder = loop.feeder
     executor = SeededExecutor(seed=seed, vocab_size=shape.vocab_size)
@@ -124,7 +127,7 @@ def table(costs: dict[str, KindCosts], timer: float) -> list[dict[str, float | s
         for name, phase in zip(PHASES, k.phase_ns, strict=True):
             row[name] = sum(phase) / n - timer
         row["ns_per_step"] = sum(step_ns) / n
-        if len(set(k.items)) > 1:
+        if n >= MIN_FIT_STEPS and len(set(k.items)) > 1:
             fit = statistics.linear_regression(list(k.items), step_ns)
             row["fixed_ns"], row["ns_per_item"] = fit.intercept, fit.slope
         row["share"] = sum(step_ns) / total
@@ -137,19 +140,25 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--arms", nargs="+", default=["atomic", "per_depth", "mixed", "wavefront"])
     parser.add_argument("--num-requests", type=int, default=2000)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--step-rows", choices=("on", "off"), default="on",
+                        help="off: count the step rows instead of recording them, as a "
+                             "capacity probe does (``after`` then holds no step row)")
     args = parser.parse_args(argv)
     if args.num_requests < 1:
         parser.error("--num-requests must be >= 1")
     timer = timer_ns()
     native = native_build()
-    print(f"make bench's workload, {args.num_requests} requests; native build: "
-          f"{native['reason']}; timer {timer:.0f} ns per read, taken off every phase")
+    print(f"make bench's workload, {args.num_requests} requests, step rows {args.step_rows}; "
+          f"native build: {native['reason']}; timer {timer:.0f} ns per read, taken off every "
+          "phase")
     for arm in args.arms:
-        records, costs = run_arm(arm, workload(args.num_requests, 0), args.seed)
+        records, costs = run_arm(arm, workload(args.num_requests, 0), args.seed,
+                                 record_steps=args.step_rows == "on")
         rows = table(costs, timer)
         step_s = sum(float(r["ns_per_step"]) * int(r["steps"]) for r in rows) / 1e9
-        print(f"\n{arm}: {len(records.steps):,} steps, {records.num_core_calls:,} core calls "
-              f"({len(records.steps) / records.num_core_calls:.2f} steps and "
+        num_steps = sum(len(k.items) for k in costs.values())
+        print(f"\n{arm}: {num_steps:,} steps, {records.num_core_calls:,} core calls "
+              f"({num_steps / records.num_core_calls:.2f} steps and "
               f"{step_s / records.num_core_calls * 1e9:,.0f} ns per core call)")
         print(f"{'kind':<9} {'steps':>8} {'items':>6} " + " ".join(f"{p:>8}" for p in PHASES)
               + f" {'ns/step':>8} {'fixed':>7} {'per item':>8} {'share':>6}")

@@ -37,6 +37,15 @@ def test_its_steps_are_the_simulators(arm: str, request_rate: float) -> None:
                                  for s in expected.steps if s.kind == kind]
 
 
+def test_without_step_rows_it_counts_them_as_a_probe_does() -> None:
+    spec = workload(30, 0)
+    records, costs = step_costs.run_arm("wavefront", spec, seed=1, record_steps=False)
+    full, _ = step_costs.run_arm("wavefront", spec, seed=1)
+    assert len(records.steps) == 0 and records.num_core_calls == full.num_core_calls > 0
+    assert records.tokens == full.tokens
+    assert sum(len(c.items) for c in costs.values()) == len(full.steps)
+
+
 def test_the_table_accounts_for_every_step() -> None:
     _, costs = step_costs.run_arm("mixed", workload(30, 0), seed=0)
     rows = step_costs.table(costs, timer=0.0)
@@ -56,6 +65,19 @@ def test_main_prints_every_arm(capsys: pytest.CaptureFixture[str]) -> None:
     assert step_costs.main(["--arms", "mixed", "wavefront", "--num-requests", "10"]) == 0
     out = capsys.readouterr().out
     assert "\nmixed: " in out and "\nwavefront: " in out and "fixed" in out
+    assert step_costs.main(["--arms", "mixed", "--num-requests", "10", "--step-rows", "off"]) == 0
+    assert "step rows off" in capsys.readouterr().out
     with pytest.raises(SystemExit) as e:
         step_costs.main(["--num-requests", "0"])
     assert e.value.code == 2
+
+
+def test_the_fit_needs_enough_steps_of_a_kind() -> None:
+    _, costs = step_costs.run_arm("atomic", workload(200, 0), seed=0)
+    rows = {r["kind"]: r for r in step_costs.table(costs, timer=0.0)}
+    for kind, r in rows.items():
+        assert ("fixed_ns" in r) is (len(costs[str(kind)].items) >= step_costs.MIN_FIT_STEPS)
+    # a few hundred PREFILL steps of one or two items: no fit; thousands of CODA steps: one
+    prefill = costs["prefill"]
+    assert len(prefill.items) < step_costs.MIN_FIT_STEPS and len(set(prefill.items)) > 1
+    assert "fixed_ns" not in rows["prefill"] and "fixed_ns" in rows["coda"]
