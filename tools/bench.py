@@ -31,6 +31,7 @@ from typing import Any
 import simpy
 
 from engine.core import CacheConfig, EngineConfig, SchedulerConfig
+from engine.core.arms import ARMS
 from engine.core.shapes import MODEL_SHAPES
 from loopserve.outputs.env_info import git_commit, native_build, package_versions
 from loopserve.outputs.files import staged_dir
@@ -149,7 +150,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m tools.bench", description=__doc__)
     parser.add_argument("--num-requests", type=int, default=2000)
     parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--arms", nargs="+", default=["atomic", "per_depth", "mixed", "wavefront"])
+    parser.add_argument("--arms", nargs="+", choices=ARMS, default=list(ARMS))
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--max-num-seqs", type=int, default=SCHEDULER["max_num_seqs"],
                         help="decode concurrency (the work per core call scales with it)")

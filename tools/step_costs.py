@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from engine.core import CacheConfig, EngineConfig, SchedulerConfig
+from engine.core.arms import ARMS
 from engine.core.engine_core import EngineCore
 from engine.core.records import RunRecords
 from engine.core.results import step_kind
@@ -52,6 +53,7 @@ class KindCosts:
         default_factory=lambda: tuple(array("q") for _ in PHASES))
 
     def step_ns(self) -> list[int]:
+        """Each step's nanoseconds, its phases summed."""
         return [sum(p) for p in zip(*self.phase_ns, strict=True)]
 
 
@@ -85,6 +87,7 @@ def run_arm(
     costs: dict[str, KindCosts] = defaultdict(KindCosts)
     pc = time.perf_counter_ns
     now = 0.0
+    gc_was_enabled = gc.isenabled()
     gc.disable()  # as sim.step_clock.run_without_gc runs a simulation
     try:
         while True:
@@ -110,7 +113,8 @@ def run_arm(
             for phase, ns in zip(k.phase_ns, (t1 - t0, t2 - t1, t3 - t2, t4 - t3), strict=True):
                 phase.append(ns)
     finally:
-        gc.enable()
+        if gc_was_enabled:
+            gc.enable()
     loop.drain()
     return loop.recorder.records, dict(costs)
 
@@ -137,7 +141,7 @@ def table(costs: dict[str, KindCosts], timer: float) -> list[dict[str, float | s
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m tools.step_costs", description=__doc__)
-    parser.add_argument("--arms", nargs="+", default=["atomic", "per_depth", "mixed", "wavefront"])
+    parser.add_argument("--arms", nargs="+", choices=ARMS, default=list(ARMS))
     parser.add_argument("--num-requests", type=int, default=2000)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--step-rows", choices=("on", "off"), default="on",

@@ -7,6 +7,8 @@ import json
 import os
 from pathlib import Path
 
+import pytest
+
 from tools import bench
 
 
@@ -50,3 +52,9 @@ def test_bench_with_prefix_caching_on_shared_prefixes(tmp_path: Path) -> None:
     assert result["workload"]["shared_prefix"] == {"tokens": 64, "num_prefixes": 8}
     (a,) = result["arms"]
     assert a["median_us_per_core_call"] == 1e6 / a["median_core_calls_s"]
+
+
+def test_bench_refuses_an_unknown_arm_before_any_work(tmp_path: Path) -> None:
+    with pytest.raises(SystemExit) as e:
+        bench.main(["--arms", "mixd", "--out", str(tmp_path)])
+    assert e.value.code == 2 and not any(tmp_path.iterdir())

@@ -67,9 +67,10 @@ def test_main_prints_every_arm(capsys: pytest.CaptureFixture[str]) -> None:
     assert "\nmixed: " in out and "\nwavefront: " in out and "fixed" in out
     assert step_costs.main(["--arms", "mixed", "--num-requests", "10", "--step-rows", "off"]) == 0
     assert "step rows off" in capsys.readouterr().out
-    with pytest.raises(SystemExit) as e:
-        step_costs.main(["--num-requests", "0"])
-    assert e.value.code == 2
+    for bad in (["--num-requests", "0"], ["--arms", "mixd"]):
+        with pytest.raises(SystemExit) as e:
+            step_costs.main(bad)
+        assert e.value.code == 2
 
 
 def test_the_fit_needs_enough_steps_of_a_kind() -> None:
