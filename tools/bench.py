@@ -30,13 +30,13 @@ from typing import Any
 
 import simpy
 
-from engine.core import CacheConfig, EngineConfig, SchedulerConfig
+from engine.core import CacheConfig, EngineConfig, ExitConfig, SchedulerConfig
 from engine.core.arms import ARMS
 from engine.core.shapes import MODEL_SHAPES
 from loopserve.outputs.env_info import git_commit, native_build, package_versions
 from loopserve.outputs.files import staged_dir
 from loopserve.workloads import build_source
-from sim import make_cost_model, simulate
+from sim import CostModel, make_cost_model, simulate
 
 # Each arm's median must reach both: a rate, and a share of what SimPy alone manages on the
 # same machine in the same run (the ratio holds across machines, the rate on this one).
@@ -77,19 +77,29 @@ def workload(num_requests: int, shared_prefix: int) -> dict[str, Any]:
     return spec
 
 
+def bench_engine(
+    arm: str, scheduler: dict[str, Any] = SCHEDULER, *, prefix_caching: bool = False,
+    exit: ExitConfig | None = None,
+) -> tuple[EngineConfig, CostModel]:
+    """The benchmark's engine in ``arm`` (``MODEL`` with ``scheduler``, a cache far above the
+    load, ``exit`` or fixed exits) and its cost model, the h200 roofline."""
+    shape = MODEL_SHAPES[MODEL]
+    cfg = EngineConfig(shape, SchedulerConfig(arm=arm, **scheduler),
+                       CacheConfig(num_blocks=NUM_BLOCKS, enable_prefix_caching=prefix_caching),
+                       exit or ExitConfig())
+    return cfg, make_cost_model("roofline", shape, hardware="h200")
+
+
 def bench_arm(
     arm: str, num_requests: int, repeats: int, seed: int, scheduler: dict[str, Any],
     prefix_caching: bool = False, shared_prefix: int = 0,
 ) -> dict[str, Any]:
-    shape = MODEL_SHAPES[MODEL]
-    cfg = EngineConfig(shape, SchedulerConfig(arm=arm, **scheduler),
-                       CacheConfig(num_blocks=NUM_BLOCKS, enable_prefix_caching=prefix_caching))
-    cost = make_cost_model("roofline", shape, hardware="h200")
-    source = build_source(workload(num_requests, shared_prefix), seed=seed,
-                          vocab_size=shape.vocab_size)
+    cfg, cost = bench_engine(arm, scheduler, prefix_caching=prefix_caching)
+    vocab_size = cfg.model.vocab_size
+    source = build_source(workload(num_requests, shared_prefix), seed=seed, vocab_size=vocab_size)
     rates, loop_rates, walls = [], [], []
     for _ in range(repeats):
-        rec = simulate(cfg, source, cost, seed=seed, vocab_size=shape.vocab_size)
+        rec = simulate(cfg, source, cost, seed=seed, vocab_size=vocab_size)
         rates.append(rec.num_core_calls / rec.wall_s)
         walls.append(rec.wall_s)
         loop_rates.append(simpy_loop_rate(len(rec.steps)))

@@ -20,20 +20,16 @@ NUM_REQUESTS = 300
 
 
 def _adaptive_exits() -> None:
-    from engine.core import CacheConfig, EngineConfig, ExitConfig, SchedulerConfig
-    from engine.core.shapes import MODEL_SHAPES
+    from engine.core import ExitConfig
     from loopserve.workloads import build_source
-    from sim import make_cost_model, simulate
-    from tools.bench import MODEL, NUM_BLOCKS, SCHEDULER, workload
+    from sim import simulate
+    from tools.bench import bench_engine, workload
 
-    shape = MODEL_SHAPES[MODEL]
-    cost = make_cost_model("roofline", shape, hardware="h200")
-    source = build_source(workload(NUM_REQUESTS, 0), seed=0, vocab_size=shape.vocab_size)
     for arm in ("atomic", "mixed"):
-        cfg = EngineConfig(shape, SchedulerConfig(arm=arm, **SCHEDULER),
-                           CacheConfig(num_blocks=NUM_BLOCKS),
-                           ExitConfig(mode="ouro", exit_threshold=0.5))
-        simulate(cfg, source, cost, seed=0, vocab_size=shape.vocab_size)
+        cfg, cost = bench_engine(arm, exit=ExitConfig(mode="ouro", exit_threshold=0.5))
+        vocab_size = cfg.model.vocab_size
+        source = build_source(workload(NUM_REQUESTS, 0), seed=0, vocab_size=vocab_size)
+        simulate(cfg, source, cost, seed=0, vocab_size=vocab_size)
 
 
 def main() -> int:

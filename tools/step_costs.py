@@ -26,19 +26,16 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any
 
-from engine.core import CacheConfig, EngineConfig, SchedulerConfig
 from engine.core.arms import ARMS
 from engine.core.engine_core import EngineCore
 from engine.core.records import RunRecords
 from engine.core.results import step_kind
 from engine.core.run_loop import StepLoop
 from engine.core.seeded_executor import SeededExecutor
-from engine.core.shapes import MODEL_SHAPES
 from loopserve.outputs.env_info import native_build
 from loopserve.workloads import build_source
-from sim import make_cost_model
 from sim.step_clock import StepClock
-from tools.bench import MODEL, NUM_BLOCKS, SCHEDULER, workload
+from tools.bench import bench_engine, workload
 
 PHASES = ("schedule", "execute", "price", "after")
 MIN_FIT_STEPS = 1000  # fewer steps of a kind (a few prompt-only steps) fit mostly noise
@@ -74,16 +71,15 @@ def run_arm(
     """The workload ``spec`` (``make bench``'s: ``tools.bench.workload``) in ``arm`` on
     ``make bench``'s engine, its steps timed by kind; also the run's records (without
     ``record_steps``, its step rows only counted, as a capacity probe runs)."""
-    shape = MODEL_SHAPES[MODEL]
-    cfg = EngineConfig(shape, SchedulerConfig(arm=arm, **SCHEDULER),
-                       CacheConfig(num_blocks=NUM_BLOCKS))
-    source = build_source(spec, seed=seed, vocab_size=shape.vocab_size)
+    cfg, cost = bench_engine(arm)
+    vocab_size = cfg.model.vocab_size
+    source = build_source(spec, seed=seed, vocab_size=vocab_size)
     core = EngineCore(cfg)
     loop = StepLoop(core, source, record_steps=record_steps)
     assert loop.feeder is not None and loop.recorder is not None
     feeder = loop.feeder
-    executor = SeededExecutor(seed=seed, vocab_size=shape.vocab_size)
-    clock = StepClock(make_cost_model("roofline", shape, hardware="h200"), 0.0)
+    executor = SeededExecutor(seed=seed, vocab_size=vocab_size)
+    clock = StepClock(cost, 0.0)
     costs: dict[str, KindCosts] = defaultdict(KindCosts)
     pc = time.perf_counter_ns
     now = 0.0
@@ -121,20 +117,21 @@ def run_arm(
 
 def table(costs: dict[str, KindCosts], timer: float) -> list[dict[str, float | str]]:
     """One row per step kind, by time spent, the timer's cost taken off each phase."""
-    total = sum(sum(k.step_ns()) - len(PHASES) * timer * len(k.items) for k in costs.values())
+    step_ns = {kind: [t - len(PHASES) * timer for t in k.step_ns()]
+               for kind, k in costs.items()}
+    total = sum(sum(ns) for ns in step_ns.values())
     rows: list[dict[str, float | str]] = []
     for kind, k in costs.items():
-        n = len(k.items)
-        step_ns = [t - len(PHASES) * timer for t in k.step_ns()]
+        n, ns = len(k.items), step_ns[kind]
         row: dict[str, float | str] = {"kind": kind, "steps": n,
                                        "items_per_step": sum(k.items) / n}
         for name, phase in zip(PHASES, k.phase_ns, strict=True):
             row[name] = sum(phase) / n - timer
-        row["ns_per_step"] = sum(step_ns) / n
+        row["ns_per_step"] = sum(ns) / n
         if n >= MIN_FIT_STEPS and len(set(k.items)) > 1:
-            fit = statistics.linear_regression(list(k.items), step_ns)
+            fit = statistics.linear_regression(list(k.items), ns)
             row["fixed_ns"], row["ns_per_item"] = fit.intercept, fit.slope
-        row["share"] = sum(step_ns) / total
+        row["share"] = sum(ns) / total
         rows.append(row)
     return sorted(rows, key=lambda r: -float(r["share"]))
 

@@ -7,12 +7,10 @@ from collections import Counter
 
 import pytest
 
-from engine.core import CacheConfig, EngineConfig, SchedulerConfig
-from engine.core.shapes import MODEL_SHAPES
 from loopserve.workloads import build_source
-from sim import make_cost_model, simulate
+from sim import simulate
 from tools import step_costs
-from tools.bench import MODEL, NUM_BLOCKS, SCHEDULER, workload
+from tools.bench import bench_engine, workload
 
 
 @pytest.mark.parametrize("arm", ["atomic", "per_depth", "mixed", "wavefront"])
@@ -20,12 +18,10 @@ from tools.bench import MODEL, NUM_BLOCKS, SCHEDULER, workload
 def test_its_steps_are_the_simulators(arm: str, request_rate: float) -> None:
     spec = {**workload(30, 0), "request_rate": request_rate}
     records, costs = step_costs.run_arm(arm, spec, seed=3)
-    shape = MODEL_SHAPES[MODEL]
-    cfg = EngineConfig(shape, SchedulerConfig(arm=arm, **SCHEDULER),
-                       CacheConfig(num_blocks=NUM_BLOCKS))
-    expected = simulate(cfg, build_source(spec, seed=3, vocab_size=shape.vocab_size),
-                        make_cost_model("roofline", shape, hardware="h200"), seed=3,
-                        vocab_size=shape.vocab_size)
+    cfg, cost = bench_engine(arm)
+    vocab_size = cfg.model.vocab_size
+    expected = simulate(cfg, build_source(spec, seed=3, vocab_size=vocab_size), cost, seed=3,
+                        vocab_size=vocab_size)
     assert records.steps == expected.steps
     assert records.tokens == expected.tokens
     assert records.requests == expected.requests
